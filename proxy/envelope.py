@@ -1,0 +1,99 @@
+"""The canonical agent envelope (CONTRACT §1).
+
+The envelope is the one thing every agent receives, whatever the upstream said. It is a frozen
+pydantic model so that its invariants (``retryable`` exactly when ``action == "retry"``,
+``retry_after_ms`` set whenever retryable) are checked in one place, once.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+
+class Category(StrEnum):
+    VALIDATION = "validation"
+    AUTH = "auth"
+    PERMISSION = "permission"
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"
+    PRECONDITION = "precondition"
+    RATE_LIMIT = "rate_limit"
+    UNAVAILABLE = "unavailable"
+    TIMEOUT = "timeout"
+    INTERNAL = "internal"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    UNSUPPORTED_MEDIA = "unsupported_media"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    DEPENDENCY = "dependency"
+
+
+class Severity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+    FATAL = "fatal"
+
+
+class Action(StrEnum):
+    RETRY = "retry"
+    FIX_REQUEST = "fix_request"
+    CALL_OTHER_OPERATION = "call_other_operation"
+    REAUTHENTICATE = "reauthenticate"
+    ESCALATE = "escalate"
+    REPORT_BUG = "report_bug"
+
+
+class InvalidField(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    field: str
+    reason: str
+    received: Any = None
+    allowed_values: Any = None
+
+
+class Envelope(BaseModel):
+    """Every field of CONTRACT §1; absent knowledge is ``None`` or ``[]``, never omitted."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    code: str
+    message: str
+    category: Category
+    severity: Severity
+    retryable: bool
+    retry_after_ms: int | None = None
+    action: Action
+    hint: str
+    steps: tuple[str, ...] = ()
+    field: str | None = None
+    invalid_fields: tuple[InvalidField, ...] = ()
+    allowed_values: Any = None
+    suggested_value: Any = None
+    next_operation: str | None = None
+    next_operation_args: dict[str, Any] | None = None
+    related_codes: tuple[str, ...] = ()
+    docs_url: str | None = None
+    request_id: str
+    upstream_status: int | None
+    rule: str
+
+    @model_validator(mode="after")
+    def _retry_invariants(self) -> Envelope:
+        if self.retryable != (self.action is Action.RETRY):
+            raise ValueError("retryable must be true exactly when action is 'retry'")
+        if self.retryable and self.retry_after_ms is None:
+            raise ValueError("retry_after_ms is required when retryable")
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``error`` object's members, in contract order, JSON-ready."""
+        return self.model_dump(mode="json")
+
+
+def envelope_body(envelope: Envelope) -> dict[str, Any]:
+    """The default rendering's document: ``{"error": {...}}``."""
+    return {"error": envelope.as_dict()}

@@ -1,0 +1,204 @@
+"""Predicates a rule is made of, compiled once from its ``when`` block.
+
+Each predicate is a small immutable callable ``(exchange, found) -> bool`` that can also say what it
+checks, so ``mend explain`` can name the first one that failed. ``found`` collects variables
+(regex groups) for the envelope.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.exchange import Exchange
+from proxy.rulefile import JsonCondition, When, compile_jmespath, compile_regex, parse_status
+
+Found = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Predicate:
+    description: str
+    test: Callable[[Exchange, Found], bool]
+
+    def __call__(self, exchange: Exchange, found: Found) -> bool:
+        return self.test(exchange, found)
+
+
+def statuses(when: When) -> frozenset[int] | None:
+    """The statuses a ``when`` block can match; ``None`` means it does not say."""
+    if when.status is None:
+        return None
+    items = when.status if isinstance(when.status, list) else [when.status]
+    out: frozenset[int] = frozenset()
+    for item in items:
+        out |= parse_status(item)
+    return out
+
+
+def _glob(pattern: str) -> re.Pattern[str]:
+    # `**` crosses slashes, `*` and `?` stay within one path segment, like gitignore globs.
+    out = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def _listify(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _header_predicate(kind: str, name: str, pattern: str | bool) -> Predicate:
+    def source(ex: Exchange) -> Any:
+        return ex.request_headers if kind == "request_headers" else ex.headers
+
+    if pattern is True:
+        return Predicate(f"{kind}.{name} present", lambda ex, _: name in source(ex))
+    regex = compile_regex(str(pattern))
+
+    def test(ex: Exchange, found: Found) -> bool:
+        value = source(ex).get(name)
+        if value is None or (match := regex.search(value)) is None:
+            return False
+        found.update({k: v for k, v in match.groupdict().items() if v is not None})
+        return True
+
+    return Predicate(f"{kind}.{name} ~ /{pattern}/", test)
+
+
+_MISSING = object()
+
+
+def _json_predicate(cond: JsonCondition) -> Predicate:
+    query = compile_jmespath(cond.query)
+    given = cond.model_fields_set
+
+    def value(ex: Exchange) -> Any:
+        return query.search(ex.json) if ex.is_json else _MISSING
+
+    if "equals" in given:
+        expected = cond.equals
+        return Predicate(
+            f"json {cond.query} == {expected!r}", lambda ex, _: value(ex) == expected
+        )
+    if "one_of" in given:
+        options = list(cond.one_of or [])
+        return Predicate(f"json {cond.query} in {options!r}", lambda ex, _: value(ex) in options)
+    if "matches" in given:
+        regex = compile_regex(cond.matches or "")
+
+        def test(ex: Exchange, found: Found) -> bool:
+            got = value(ex)
+            if got is _MISSING or got is None:
+                return False
+            match = regex.search(got if isinstance(got, str) else str(got))
+            if match is None:
+                return False
+            found.update({k: v for k, v in match.groupdict().items() if v is not None})
+            return True
+
+        return Predicate(f"json {cond.query} ~ /{cond.matches}/", test)
+    if "exists" in given:
+        want = bool(cond.exists)
+        return Predicate(
+            f"json {cond.query} {'exists' if want else 'absent'}",
+            lambda ex, _: (value(ex) not in (_MISSING, None)) == want,
+        )
+    return Predicate(
+        f"json {cond.query} is truthy",
+        lambda ex, _: (v := value(ex)) is not _MISSING and bool(v),
+    )
+
+
+def compile_when(when: When) -> tuple[Predicate, ...]:
+    """Predicates for everything ``when`` says except status (the rule index handles that)."""
+    preds: list[Predicate] = []
+    if when.method is not None:
+        methods = frozenset(m.upper() for m in _listify(when.method))
+        preds.append(Predicate(f"method in {sorted(methods)}", lambda ex, _: ex.method in methods))
+    if when.path is not None:
+        globs = [_glob(p) for p in _listify(when.path)]
+        preds.append(
+            Predicate(
+                f"path matches {when.path!r}",
+                lambda ex, _: any(g.match(ex.path) for g in globs),
+            )
+        )
+    if when.path_regex is not None:
+        path_regex = compile_regex(when.path_regex)
+        preds.append(
+            Predicate(
+                f"path ~ /{when.path_regex}/", lambda ex, _: path_regex.search(ex.path) is not None
+            )
+        )
+    for kind in ("request_headers", "headers"):
+        for name, pattern in (getattr(when, kind) or {}).items():
+            preds.append(_header_predicate(kind, name.lower(), pattern))
+    if when.content_type is not None:
+        types = tuple(t.lower() for t in _listify(when.content_type))
+        preds.append(
+            Predicate(
+                f"content type starts with {list(types)}",
+                lambda ex, _: ex.content_type.startswith(types),
+            )
+        )
+    if when.body is not None:
+        body = compile_regex(when.body)
+
+        def body_test(ex: Exchange, found: Found) -> bool:
+            match = body.search(ex.text)
+            if match is None:
+                return False
+            found.update({k: v for k, v in match.groupdict().items() if v is not None})
+            return True
+
+        preds.append(Predicate(f"body ~ /{when.body}/", body_test))
+    preds.extend(_json_predicate(c) for c in when.json_ or ())
+    for sub in when.all or ():
+        preds.append(_block("all", sub))
+    if when.any:
+        blocks = [_block("any", sub) for sub in when.any]
+        preds.append(
+            Predicate(
+                "any of [" + "; ".join(b.description for b in blocks) + "]",
+                lambda ex, found: any(b(ex, found) for b in blocks),
+            )
+        )
+    if when.not_ is not None:
+        inner = _block("not", when.not_)
+        preds.append(
+            Predicate(f"not ({inner.description})", lambda ex, _: not inner(ex, {}))
+        )
+    return tuple(preds)
+
+
+def _block(kind: str, when: When) -> Predicate:
+    """A nested ``when`` block as one predicate (status included, since no index covers it)."""
+    preds = list(compile_when(when))
+    codes = statuses(when)
+    if codes is not None:
+        preds.insert(0, Predicate(f"status in {when.status}", lambda ex, _: ex.status in codes))
+    description = " and ".join(p.description for p in preds) or "always"
+
+    def test(ex: Exchange, found: Found) -> bool:
+        local: Found = {}
+        if all(p(ex, local) for p in preds):
+            found.update(local)
+            return True
+        return False
+
+    return Predicate(description, test)

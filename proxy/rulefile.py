@@ -1,0 +1,385 @@
+"""Rule files: the YAML schema, validated once at load, with ``file:line`` errors.
+
+Every check that can fail (regex syntax, JMESPath syntax, template syntax, enum values) runs here,
+inside the pydantic validators, so a rule that loads is a rule that compiles. The loader keeps the
+line of every YAML node so that a validation error points at the line the operator must edit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import jmespath
+import jmespath.exceptions
+import re2
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from proxy.envelope import Action, Category, Severity
+from proxy.template import Template, TemplateError
+
+_ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+_CODE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_STATUS_CLASS = re.compile(r"^([1-5])xx$")
+_STATUS_RANGE = re.compile(r"^(\d{3})-(\d{3})$")
+
+
+class RuleError(ValueError):
+    """One or more rule files are invalid; ``problems`` are ``file:line: message`` lines."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = tuple(problems)
+
+
+def re2_options() -> Any:
+    options = re2.Options()
+    options.log_errors = False  # the error is reported once, with file and line, by us
+    return options
+
+
+def compile_regex(pattern: str) -> Any:
+    try:
+        return re2.compile(pattern, re2_options())
+    except re2.error as exc:
+        detail = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
+        raise ValueError(f"bad regex {pattern!r}: {detail}") from exc
+
+
+def compile_jmespath(query: str) -> Any:
+    try:
+        return jmespath.compile(query)
+    except jmespath.exceptions.JMESPathError as exc:
+        raise ValueError(f"bad JMESPath query {query!r}: {exc}") from exc
+
+
+def _check_template(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            Template.parse(value)
+        except TemplateError as exc:
+            raise ValueError(str(exc)) from exc
+    elif isinstance(value, dict):
+        for item in value.values():
+            _check_template(item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_template(item)
+    return value
+
+
+def parse_status(spec: int | str) -> frozenset[int]:
+    """``422``, ``"4xx"``, ``"500-504"`` -> the set of statuses it names."""
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        if 100 <= spec <= 599:
+            return frozenset({spec})
+        raise ValueError(f"status {spec} is not between 100 and 599")
+    text = str(spec).strip().lower()
+    if text.isdigit():
+        return parse_status(int(text))
+    if match := _STATUS_CLASS.match(text):
+        base = int(match.group(1)) * 100
+        return frozenset(range(base, base + 100))
+    if match := _STATUS_RANGE.match(text):
+        low, high = int(match.group(1)), int(match.group(2))
+        if not 100 <= low <= high <= 599:
+            raise ValueError(f"status range {spec!r} must lie within 100-599, low to high")
+        return frozenset(range(low, high + 1))
+    raise ValueError(f"bad status {spec!r}: use 404, '4xx' or '500-504'")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+StatusSpec = int | str | list[int | str]
+Regex = Annotated[str, Field(min_length=1)]
+
+
+class JsonCondition(_Model):
+    """A JMESPath query over the JSON body; truthy unless an operator is given."""
+
+    query: str
+    equals: Any = None
+    one_of: list[Any] | None = None
+    matches: str | None = None
+    exists: bool | None = None
+
+    @field_validator("query")
+    @classmethod
+    def _query(cls, value: str) -> str:
+        compile_jmespath(value)
+        return value
+
+    @field_validator("matches")
+    @classmethod
+    def _matches(cls, value: str | None) -> str | None:
+        if value is not None:
+            compile_regex(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_operator(self) -> JsonCondition:
+        given = [n for n in ("equals", "one_of", "matches", "exists") if n in self.model_fields_set]
+        if len(given) > 1:
+            raise ValueError(f"give at most one of equals/one_of/matches/exists, got {given}")
+        return self
+
+
+class When(_Model):
+    status: StatusSpec | None = None
+    method: str | list[str] | None = None
+    path: str | list[str] | None = None
+    path_regex: str | None = None
+    request_headers: dict[str, str | bool] | None = None
+    headers: dict[str, str | bool] | None = None
+    content_type: str | list[str] | None = None
+    body: str | None = None
+    json_: list[JsonCondition] | None = Field(default=None, alias="json")
+    all: list[When] | None = None
+    any: list[When] | None = None
+    not_: When | None = Field(default=None, alias="not")
+
+    @field_validator("status")
+    @classmethod
+    def _status(cls, value: StatusSpec | None) -> StatusSpec | None:
+        for item in value if isinstance(value, list) else [value] if value is not None else []:
+            parse_status(item)
+        return value
+
+    @field_validator("path_regex", "body")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            compile_regex(value)
+        return value
+
+    @field_validator("request_headers", "headers")
+    @classmethod
+    def _header_regexes(cls, value: dict[str, str | bool] | None) -> dict[str, str | bool] | None:
+        for pattern in (value or {}).values():
+            if isinstance(pattern, str):
+                compile_regex(pattern)
+            elif pattern is not True:
+                raise ValueError("a header matcher is a regex or true (present)")
+        return value
+
+
+class InvalidFieldsSpec(_Model):
+    """One invalid field per item of ``each`` (a list, or an object flattened to its leaves)."""
+
+    each: str
+    field: str | None = None
+    reason: str | None = None
+    received: str | None = None
+    allowed_values: str | None = None
+    strip: tuple[str, ...] = ("body", "query", "path", "header", "cookie", "form")
+
+    @field_validator("each", "field", "reason", "received", "allowed_values")
+    @classmethod
+    def _queries(cls, value: str | None) -> str | None:
+        if value is not None:
+            compile_jmespath(value)
+        return value
+
+
+class EnvelopeSpec(_Model):
+    code: str
+    category: Category
+    action: Action | None = None
+    severity: Severity | None = None
+    message: str | None = None
+    hint: str | None = None
+    steps: list[str] | None = None
+    field: str | None = None
+    invalid_fields: InvalidFieldsSpec | None = None
+    allowed_values: Any = None
+    suggested_value: Any = None
+    next_operation: str | None = None
+    next_operation_args: dict[str, Any] | None = None
+    related_codes: list[str] = []
+    retry_after_ms: int | str | None = None
+
+    @field_validator("code")
+    @classmethod
+    def _code(cls, value: str) -> str:
+        if not _CODE.match(value):
+            raise ValueError(f"code {value!r} must be SCREAMING_SNAKE_CASE")
+        return value
+
+    @field_validator(
+        "message", "hint", "steps", "field", "allowed_values", "suggested_value",
+        "next_operation", "next_operation_args", "retry_after_ms",
+    )
+    @classmethod
+    def _templates(cls, value: Any) -> Any:
+        return _check_template(value)
+
+
+class Docs(_Model):
+    """What the error catalog says about a code."""
+
+    cause: str | None = None
+    fix: str | None = None
+    example: dict[str, Any] | None = None
+    stability: str = "stable"
+
+
+class RuleSpec(_Model):
+    id: str
+    description: str | None = None
+    when: When = When()
+    vars: dict[str, str] = {}
+    envelope: EnvelopeSpec
+    docs: Docs | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not _ID.match(value):
+            raise ValueError(f"rule id {value!r}: use lowercase letters, digits, '.', '_', '-'")
+        return value
+
+    @field_validator("vars")
+    @classmethod
+    def _vars(cls, value: dict[str, str]) -> dict[str, str]:
+        for query in value.values():
+            compile_jmespath(query)
+        return value
+
+
+class RuleFile(_Model):
+    pack: str | None = None
+    enabled: bool = True
+    rules: list[RuleSpec] = []
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedRule:
+    spec: RuleSpec
+    pack: str
+    source: str  # "file:line", for explain and the catalog
+
+
+# --- YAML with line numbers -------------------------------------------------------------------
+
+Lines = dict[tuple[Any, ...], int]
+
+
+def _construct(loader: yaml.SafeLoader, node: yaml.Node, path: tuple[Any, ...], lines: Lines) -> Any:
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            out[key] = _construct(loader, value_node, (*path, key), lines)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_construct(loader, item, (*path, i), lines) for i, item in enumerate(node.value)]
+    return loader.construct_object(node, deep=True)
+
+
+def parse_yaml(text: str, name: str) -> tuple[Any, Lines]:
+    """Parse YAML keeping each node's line; ``RuleError`` names the file and line on bad syntax."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        lines: Lines = {}
+        data = None if node is None else _construct(loader, node, (), lines)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise RuleError([f"{name}:{line}: YAML syntax: {problem}"]) from exc
+    finally:
+        loader.dispose()
+    return data, lines
+
+
+def _line_for(loc: tuple[Any, ...], lines: Lines) -> int:
+    # pydantic reports aliases and union branches in loc; walk back until a path we know.
+    path = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p.endswith("]"))))
+    path = tuple("json" if p == "json_" else "not" if p == "not_" else p for p in path)
+    while path and path not in lines:
+        path = path[:-1]
+    return lines.get(path, 1)
+
+
+def validation_problems(exc: ValidationError, name: str, lines: Lines) -> list[str]:
+    problems = []
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        where = ".".join(str(p) for p in loc) or "(top)"
+        message = error["msg"].removeprefix("Value error, ")
+        problems.append(f"{name}:{_line_for(loc, lines)}: {where}: {message}")
+    return problems
+
+
+def load_rule_text(text: str, name: str, default_pack: str) -> list[LoadedRule]:
+    data, lines = parse_yaml(text, name)
+    if data is None:
+        return []
+    if isinstance(data, list):  # a bare list of rules is a file too
+        data = {"rules": data}
+        lines = {(("rules", *k) if k else k): v for k, v in lines.items()}
+    try:
+        parsed = RuleFile.model_validate(data)
+    except ValidationError as exc:
+        raise RuleError(validation_problems(exc, name, lines)) from exc
+    if not parsed.enabled:
+        return []
+    pack = parsed.pack or default_pack
+    return [
+        LoadedRule(rule, pack, f"{name}:{lines.get(('rules', i), 1)}")
+        for i, rule in enumerate(parsed.rules)
+    ]
+
+
+def rule_files(paths: Iterable[Path]) -> Iterator[Path]:
+    """Files named by ``paths``: a directory means its ``*.yaml``/``*.yml`` files, sorted."""
+    for path in paths:
+        if path.is_dir():
+            yield from sorted(p for p in path.iterdir() if p.suffix in {".yaml", ".yml"})
+        elif path.exists():
+            yield path
+        else:
+            raise RuleError([f"{path}:1: no such rule file or directory"])
+
+
+def load_rules(paths: Iterable[Path], disabled_packs: Iterable[str] = ()) -> list[LoadedRule]:
+    """Load and validate every file; all problems of all files are reported together."""
+    disabled = set(disabled_packs)
+    problems: list[str] = []
+    loaded: list[LoadedRule] = []
+    seen: dict[str, str] = {}
+    try:
+        files = list(rule_files(paths))
+    except RuleError as exc:
+        raise RuleError(exc.problems) from None
+    for file in files:
+        try:
+            text = file.read_text(encoding="utf-8")
+            rules = load_rule_text(text, str(file), default_pack=file.stem)
+        except RuleError as exc:
+            problems.extend(exc.problems)
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"{file}:1: cannot read: {exc}")
+            continue
+        for rule in rules:
+            if rule.pack in disabled:
+                continue
+            if rule.spec.id in seen:
+                problems.append(
+                    f"{rule.source}: duplicate rule id {rule.spec.id!r} (first at {seen[rule.spec.id]})"
+                )
+                continue
+            seen[rule.spec.id] = rule.source
+            loaded.append(rule)
+    if problems:
+        raise RuleError(problems)
+    return loaded

@@ -1,0 +1,193 @@
+"""A safe template: ``{{ name | filter }}`` reads values, never runs code.
+
+A template is parsed once, when its rule is loaded, into literal text and variable references.
+Rendering only substitutes values; the substituted text is never parsed again, so nothing an
+upstream sends can become template syntax. Every substituted value goes through ``scrub`` (the
+redactor), because every variable ultimately comes from the upstream or the agent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.pointer import to_pointer
+
+_EXPR = re.compile(r"\{\{(.*?)\}\}", re.S)
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_-]+)*$")
+_FILTER = re.compile(r"^([a-z_]+)(?:\((.*)\))?$", re.S)
+
+Lookup = Callable[[str], Any]
+Scrub = Callable[[str], str]
+
+
+class TemplateError(ValueError):
+    """A template that cannot be parsed; raised at load time only."""
+
+
+def _as_int(value: Any) -> Any:
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _ms(value: Any) -> Any:
+    try:
+        return max(0, round(float(value) * 1000))
+    except (TypeError, ValueError):
+        return None
+
+
+def _first(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return value[0] if value else None
+    return value
+
+
+def _join(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
+    return value
+
+
+def _text(fn: Callable[[str], str]) -> Callable[[Any], Any]:
+    return lambda v: fn(v) if isinstance(v, str) else v
+
+
+_FILTERS: dict[str, Callable[[Any], Any]] = {
+    "pointer": to_pointer,
+    "int": _as_int,
+    "ms": _ms,
+    "lower": _text(str.lower),
+    "upper": _text(str.upper),
+    "first": _first,
+    "join": _join,
+    "json": lambda v: json.dumps(v, ensure_ascii=False, default=str),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Default:
+    fallback: str
+
+    def __call__(self, value: Any) -> Any:
+        return self.fallback if value in (None, "", [], {}) else value
+
+
+@dataclass(frozen=True, slots=True)
+class _Ref:
+    name: str
+    filters: tuple[Callable[[Any], Any], ...]
+
+    def value(self, lookup: Lookup) -> Any:
+        value = lookup(self.name)
+        for fn in self.filters:
+            value = fn(value)
+        return value
+
+
+def _parse_filter(text: str) -> Callable[[Any], Any]:
+    match = _FILTER.match(text.strip())
+    if not match:
+        raise TemplateError(f"bad filter {text.strip()!r}")
+    name, arg = match.groups()
+    if name == "default":
+        if arg is None:
+            raise TemplateError('default needs a value: default("...")')
+        try:
+            fallback = json.loads(arg)
+        except json.JSONDecodeError as exc:
+            raise TemplateError(f"default takes one quoted string, got {arg!r}") from exc
+        return _Default(str(fallback))
+    if arg is not None or name not in _FILTERS:
+        known = ", ".join(sorted([*_FILTERS, "default"]))
+        raise TemplateError(f"unknown filter {name!r} (known: {known})")
+    return _FILTERS[name]
+
+
+def _parse_ref(expr: str) -> _Ref:
+    name, *filters = expr.split("|")
+    name = name.strip()
+    if not _NAME.match(name):
+        raise TemplateError(f"bad variable name {name!r}")
+    return _Ref(name, tuple(_parse_filter(f) for f in filters))
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """Parsed template. A template that is exactly one ``{{ ref }}`` keeps the value's type."""
+
+    source: str
+    parts: tuple[str | _Ref, ...]
+
+    @classmethod
+    def parse(cls, source: str) -> Template:
+        parts: list[str | _Ref] = []
+        pos = 0
+        for match in _EXPR.finditer(source):
+            if match.start() > pos:
+                parts.append(source[pos : match.start()])
+            parts.append(_parse_ref(match.group(1)))
+            pos = match.end()
+        if pos < len(source):
+            parts.append(source[pos:])
+        literal = "".join(p for p in parts if isinstance(p, str))
+        if "{{" in literal or "}}" in literal:
+            raise TemplateError(f"unbalanced braces in {source!r}")
+        return cls(source, tuple(parts))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.parts if isinstance(p, _Ref))
+
+    def render(self, lookup: Lookup, scrub: Scrub) -> Any:
+        if len(self.parts) == 1 and isinstance(self.parts[0], _Ref):
+            return scrub_value(self.parts[0].value(lookup), scrub)
+        out: list[str] = []
+        for part in self.parts:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            value = part.value(lookup)
+            if value is None:
+                continue
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            out.append(scrub(text))
+        return "".join(out)
+
+
+def scrub_value(value: Any, scrub: Scrub) -> Any:
+    """Scrub every string inside a JSON-like value, keeping its shape."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, Mapping):
+        return {scrub(str(k)): scrub_value(v, scrub) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrub_value(v, scrub) for v in value]
+    return value
+
+
+def compile_value(value: Any) -> Any:
+    """Turn every string inside a literal YAML value into a Template (load time)."""
+    if isinstance(value, str):
+        return Template.parse(value) if "{{" in value or "}}" in value else value
+    if isinstance(value, Mapping):
+        return {k: compile_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [compile_value(v) for v in value]
+    return value
+
+
+def render_value(value: Any, lookup: Lookup, scrub: Scrub) -> Any:
+    """Render a value made by ``compile_value``; literals are returned as written."""
+    if isinstance(value, Template):
+        return value.render(lookup, scrub)
+    if isinstance(value, dict):
+        return {k: render_value(v, lookup, scrub) for k, v in value.items()}
+    if isinstance(value, list):
+        return [render_value(v, lookup, scrub) for v in value]
+    return value

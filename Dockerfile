@@ -8,14 +8,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# Dependencies change less often than code: install them in their own layer.
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
-RUN pip install ".[speed]"
+# Editable: mend finds its default rule packs at rules/ beside the proxy package
+# (settings.PACKAGED_RULES), which a regular install into site-packages would leave behind.
+RUN pip install -e ".[speed]"
 
-# rules/ holds the default rule packs, found relative to the working directory;
-# demo/ is run as `python -m demo.…` from here.
 COPY rules ./rules
+# demo/ (legacy API, agent) runs as `python -m demo.…` from the working directory.
 COPY demo ./demo
 
 RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin mend

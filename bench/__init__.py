@@ -1,0 +1,1 @@
+"""Benchmark harness for mend: see bench/README.md."""

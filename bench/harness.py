@@ -1,0 +1,782 @@
+"""mend benchmark harness: mend vs a bare aiohttp proxy vs nginx, side by side in one run.
+
+    bench/run [--quick] [--duration S] [--repeats N] [--connections 1,32,128]
+              [--only mend,bare,nginx,bare-uvloop,bare-debian] [--sections ...]
+              [--out bench/results/<ts>.json] [--write-readme]
+
+Layout on a 2-core machine: the upstream nginx, wrk and this harness share core 0; the proxy
+under test gets core 1 to itself. Only ratios measured in the same run are claims.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import report, rulegen, upstream
+from bench.procs import BenchError, Proc, ProcessGroup, free_port, http_get, pinned, rss_bytes
+from bench.procs import wait_ready as _wait_ready
+from bench.wrk import WrkResult, parse_wrk
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "bench"
+DEBIAN_VENV = BENCH / ".venv-debian"
+
+PATHS = ("/ok", "/big", "/err500", "/err422", "/err429")
+SUCCESS_PATHS = frozenset({"/ok", "/big"})
+EXPECTED_STATUS = {"/ok": 200, "/big": 200, "/err500": 500, "/err422": 422, "/err429": 429}
+MAIN_CONFIGS = ("mend", "bare", "nginx")
+# Interpreter and event-loop variants of the baseline only need the cheapest path to show
+# their effect; running them everywhere would double the run time for no new information.
+EXTRA_CONFIGS = ("bare-uvloop", "bare-debian")
+EXTRA_PATHS = ("/ok",)
+SECTIONS = ("matrix", "rules", "memory", "stream", "startup", "reload", "workers")
+RULE_SIZES = (10, 100, 1000)
+
+LOAD_CPU = "0"
+PROXY_CPU = "1"
+
+
+@dataclass
+class Options:
+    duration: int
+    repeats: int
+    connections: list[int]
+    configs: list[str]
+    paths: list[str]
+    sections: list[str]
+    warmup: int
+    pin: bool
+    python: str
+    out: Path
+    write_readme: bool
+    label: str
+    quick: bool
+
+
+@dataclass
+class Server:
+    name: str
+    port: int
+    proc: Proc
+    admin_port: int | None = None
+    paths: tuple[str, ...] = PATHS
+    ready_s: float = 0.0
+    rss_samples: list[int] = field(default_factory=list)
+
+
+class Harness:
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.tmp = Path(tempfile.mkdtemp(prefix="mend-bench-"))
+        self.group = ProcessGroup(self.tmp)
+        self.results: dict[str, Any] = {"notes": []}
+        self.upstream_port = 0
+
+    # -- processes -------------------------------------------------------------------------
+
+    def cpu(self, cpus: str) -> str | None:
+        return cpus if self.opts.pin else None
+
+    def note(self, text: str) -> None:
+        print(f"[bench] {text}", file=sys.stderr, flush=True)
+        self.results["notes"].append(text)
+
+    def start_upstream(self) -> None:
+        self.upstream_port = free_port()
+        conf = upstream.write_upstream_config(self.tmp, self.upstream_port)
+        proc = self.group.start("upstream", pinned(upstream.nginx_cmd(conf), self.cpu(LOAD_CPU)))
+        _wait_ready(proc, self.upstream_port, "/ok")
+
+    @property
+    def upstream_url(self) -> str:
+        return f"http://127.0.0.1:{self.upstream_port}"
+
+    def start_config(
+        self,
+        name: str,
+        *,
+        extra: Sequence[str] = (),
+        cpus: str = PROXY_CPU,
+        paths: tuple[str, ...] = PATHS,
+    ) -> Server:
+        port = free_port()
+        admin: int | None = None
+        if name == "nginx":
+            conf = upstream.write_proxy_config(self.tmp, port, self.upstream_port)
+            cmd = upstream.nginx_cmd(conf)
+        elif name.startswith("bare"):
+            python = self.opts.python
+            if name == "bare-debian":
+                python = str(DEBIAN_VENV / "bin" / "python")
+            cmd = [
+                python,
+                str(BENCH / "bare_proxy.py"),
+                "--upstream",
+                self.upstream_url,
+                "--listen",
+                f"127.0.0.1:{port}",
+            ]
+            if name == "bare-uvloop":
+                cmd.append("--uvloop")
+        elif name.startswith("mend"):
+            admin = free_port()
+            cmd = [
+                *mend_cmd(self.opts.python),
+                "--upstream",
+                self.upstream_url,
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--admin-listen",
+                f"127.0.0.1:{admin}",
+                *extra,
+            ]
+        else:
+            raise BenchError(f"unknown configuration {name!r}")
+        start = time.monotonic()
+        proc = self.group.start(name, pinned(cmd, self.cpu(cpus)), cwd=REPO)
+        _wait_ready(proc, port if admin is None else admin, "/ok" if admin is None else "/readyz")
+        ready = time.monotonic() - start
+        if admin is not None:
+            _wait_ready(proc, port, "/ok")
+        return Server(name, port, proc, admin, paths, ready)
+
+    def stop(self, server: Server) -> None:
+        self.group.stop(server.proc)
+
+    # -- load ------------------------------------------------------------------------------
+
+    def wrk(self, server: Server, path: str, connections: int, duration: int) -> WrkResult:
+        cmd = pinned(
+            [
+                "wrk",
+                "-t1",
+                f"-c{connections}",
+                f"-d{duration}s",
+                "--latency",
+                "--timeout",
+                "10s",
+                f"http://127.0.0.1:{server.port}{path}",
+            ],
+            self.cpu(LOAD_CPU),
+        )
+        with self.sample_rss(server):
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=duration + 60, check=False
+            )
+        if done.returncode != 0:
+            raise BenchError(f"wrk failed ({done.returncode}): {done.stderr.strip()}")
+        result = parse_wrk(done.stdout)
+        if result.error_count or result.requests == 0:
+            self.note(
+                f"{server.name} {path} c={connections}: {result.requests} requests, "
+                f"socket errors {result.socket_errors}"
+            )
+        if not server.proc.alive():
+            raise BenchError(f"{server.name} died under load:\n{server.proc.log_tail()}")
+        return result
+
+    @contextlib.contextmanager
+    def sample_rss(self, server: Server, interval: float = 0.1) -> Iterator[list[int]]:
+        samples: list[int] = []
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.is_set():
+                samples.append(rss_bytes(server.proc.pid))
+                stop.wait(interval)
+
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        try:
+            yield samples
+        finally:
+            stop.set()
+            thread.join()
+            server.rss_samples.extend(samples)
+
+    def warm(self, servers: Sequence[Server], paths: Sequence[str], connections: int = 32) -> None:
+        if self.opts.warmup <= 0:
+            return
+        for server in servers:
+            for path in paths:
+                if path in server.paths:
+                    self.wrk(server, path, connections, self.opts.warmup)
+
+    def round_robin(
+        self, servers: Sequence[Server], paths: Sequence[str], connections: Sequence[int]
+    ) -> list[dict[str, Any]]:
+        """Every (path, conns) cell runs each server back to back; the order rotates per repeat
+        so that no configuration always runs first (cold caches) or last (warm, throttled)."""
+        runs: list[dict[str, Any]] = []
+        total = self.opts.repeats * sum(
+            1 for p in paths for _ in connections for s in servers if p in s.paths
+        )
+        n = 0
+        for rep in range(self.opts.repeats):
+            shift = rep % max(1, len(servers))
+            order = [*servers[shift:], *servers[:shift]]
+            for path in paths:
+                for conns in connections:
+                    for server in order:
+                        if path not in server.paths:
+                            continue
+                        n += 1
+                        print(
+                            f"[bench] {n}/{total} {server.name} {path} c={conns}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                        result = self.wrk(server, path, conns, self.opts.duration)
+                        runs.append(
+                            {
+                                "config": server.name,
+                                "path": path,
+                                "connections": conns,
+                                "repeat": rep,
+                                **result.to_json(),
+                            }
+                        )
+        return runs
+
+    # -- sections --------------------------------------------------------------------------
+
+    def check_responses(self, server: Server) -> dict[str, Any]:
+        """One request per path, to catch a proxy that is fast because it is wrong."""
+        checks: dict[str, Any] = {}
+        for path in server.paths:
+            status, headers, body = http_get(server.port, path, timeout=10)
+            entry: dict[str, Any] = {
+                "status": status,
+                "bytes": len(body),
+                "content_type": headers.get("content-type"),
+            }
+            problems = []
+            if status != EXPECTED_STATUS[path]:
+                problems.append(f"status {status}, upstream sent {EXPECTED_STATUS[path]}")
+            if server.name.startswith("mend") and path not in SUCCESS_PATHS:
+                try:
+                    err = json.loads(body)["error"]
+                    entry["code"], entry["rule"] = err["code"], err["rule"]
+                except (ValueError, KeyError, TypeError):
+                    problems.append("body is not a mend envelope")
+            elif path == "/big" and len(body) != upstream.BIG_SIZE:
+                problems.append(f"{len(body)} bytes, expected {upstream.BIG_SIZE}")
+            if problems:
+                entry["problems"] = problems
+                self.note(f"check {server.name} {path}: {'; '.join(problems)}")
+            checks[path] = entry
+        return checks
+
+    def section_matrix(self, mend_servers: dict[str, Server]) -> None:
+        servers: list[Server] = []
+        for name in self.opts.configs:
+            if name in EXTRA_CONFIGS and name == "bare-debian" and not debian_python_ok():
+                self.note("bare-debian not available: run bench/make-debian-venv first")
+                continue
+            paths = tuple(
+                p for p in self.opts.paths if name not in EXTRA_CONFIGS or p in EXTRA_PATHS
+            )
+            if not paths:
+                continue
+            if name == "mend":
+                server = mend_servers["mend"]
+                server.paths = paths
+            else:
+                server = self.start_config(name, paths=paths)
+            servers.append(server)
+        self.results["checks"] = {s.name: self.check_responses(s) for s in servers}
+        self.warm(servers, self.opts.paths)
+        rss_before = {s.name: len(s.rss_samples) for s in servers}
+        runs = self.round_robin(servers, self.opts.paths, self.opts.connections)
+        self.results["runs"] = runs
+        self.results["summary"] = summarize(runs)
+        self.results["load_rss"] = {
+            s.name: max(s.rss_samples[rss_before[s.name] :], default=0) for s in servers
+        }
+        for server in servers:
+            if server.name != "mend":
+                self.stop(server)
+
+    def section_rules(self) -> None:
+        packs = shipped_rules()
+        servers = []
+        for size in RULE_SIZES:
+            rules_dir = rulegen.write_rules(self.tmp / f"rules-{size}", size)
+            extra = ["--rules", str(rules_dir)]
+            for pack in packs:
+                extra += ["--rules", str(pack)]
+            servers.append(self.start_config("mend", extra=extra, paths=("/err500",)))
+            servers[-1].name = f"mend-{size}-rules"
+        self.results["rules_checks"] = {s.name: self.check_responses(s) for s in servers}
+        self.warm(servers, ["/err500"])
+        conns = sorted({1, 32} & set(self.opts.connections)) or self.opts.connections[:1]
+        runs = self.round_robin(servers, ["/err500"], conns)
+        self.results["rules"] = {
+            "runs": runs,
+            "summary": summarize(runs),
+            "shipped_packs": [str(p) for p in packs],
+        }
+        for server in servers:
+            self.stop(server)
+
+    def section_memory(self, mend: Server) -> None:
+        self.results.setdefault("memory", {})["mend_idle_after_start"] = rss_bytes(mend.proc.pid)
+
+    def section_memory_after(self, mend: Server) -> None:
+        mem = self.results.setdefault("memory", {})
+        time.sleep(1.0)
+        mem["mend_idle_after_load"] = rss_bytes(mend.proc.pid)
+        mem["mend_max_under_load"] = self.results.get("load_rss", {}).get("mend")
+
+    def section_stream(self, mend: Server | None) -> None:
+        out: dict[str, Any] = {}
+        targets: list[tuple[Server, bool]] = []
+        if mend is not None:
+            targets.append((mend, False))
+        if "bare" in self.opts.configs or mend is None:
+            targets.append((self.start_config("bare", paths=("/huge",)), True))
+        for server, stop_after in targets:
+            out[server.name] = self.stream_once(server)
+            if stop_after:
+                self.stop(server)
+        self.results["stream"] = out
+
+    def stream_once(self, server: Server) -> dict[str, Any]:
+        samples: list[int] = []
+        baseline = rss_bytes(server.proc.pid)
+        cmd = pinned(
+            [
+                sys.executable,
+                str(BENCH / "stream_client.py"),
+                f"http://127.0.0.1:{server.port}/huge",
+                "300",
+            ],
+            self.cpu(LOAD_CPU),
+        )
+        client = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=REPO)
+        try:
+            while client.poll() is None:
+                samples.append(rss_bytes(server.proc.pid))
+                time.sleep(0.1)
+            stdout, _ = client.communicate(timeout=5)
+        finally:
+            if client.poll() is None:
+                client.kill()
+                client.wait()
+        got = json.loads(stdout) if stdout.strip() else {}
+        if got.get("bytes") != upstream.HUGE_SIZE or got.get("status") != 200:
+            self.note(
+                f"stream through {server.name}: got {got}, expected 200 and "
+                f"{upstream.HUGE_SIZE} bytes"
+            )
+        peak = max(samples, default=baseline)
+        return {
+            "baseline_rss": baseline,
+            "max_rss": peak,
+            "growth": peak - baseline,
+            "samples": len(samples),
+            **got,
+        }
+
+    def section_startup(self, count: int = 5) -> None:
+        out: dict[str, Any] = {}
+        for name in ("mend", "bare"):
+            if name not in self.opts.configs:
+                continue
+            times = []
+            for _ in range(count):
+                server = self.start_config(name)
+                times.append(server.ready_s)
+                self.stop(server)
+            out[name] = {
+                "median_s": statistics.median(times),
+                "all_s": times,
+                "ready_probe": "/readyz on the admin port"
+                if name == "mend"
+                else "first 200 from GET /ok",
+            }
+        self.results["startup"] = out
+
+    def section_reload(self, count: int = 5) -> None:
+        rules_dir = rulegen.write_rules(self.tmp / "rules-reload", 1000)
+        extra = ["--rules", str(rules_dir)]
+        for pack in shipped_rules():
+            extra += ["--rules", str(pack)]
+        server = self.start_config("mend", extra=extra, paths=("/err500",))
+        assert server.admin_port is not None
+        times, statuses = [], []
+        try:
+            for _ in range(count):
+                start = time.monotonic()
+                status, _, _ = http_get(
+                    server.admin_port, "/-/reload", method="POST", body=b"", timeout=60
+                )
+                times.append(time.monotonic() - start)
+                statuses.append(status)
+                if status in (404, 405, 501):
+                    break
+        finally:
+            self.stop(server)
+        if any(s in (404, 405, 501) for s in statuses):
+            self.results["reload"] = {
+                "available": False,
+                "reason": f"POST /-/reload answered HTTP {statuses[-1]}",
+            }
+        else:
+            self.results["reload"] = {
+                "available": True,
+                "rules": 1000,
+                "statuses": statuses,
+                "median_s": statistics.median(times),
+                "all_s": times,
+            }
+
+    def section_workers(self) -> None:
+        help_text = mend_help(self.opts.python)
+        if "--workers" not in help_text:
+            self.results["workers"] = {
+                "available": False,
+                "reason": "`proxy run --help` lists no --workers",
+            }
+            return
+        servers = []
+        try:
+            for n in (1, 2):
+                # Two workers need two cores: the proxy may use both, sharing core 0 with wrk
+                # and the upstream, and one worker gets the same allowance for a fair ratio.
+                server = self.start_config(
+                    "mend", extra=["--workers", str(n)], cpus="0,1", paths=("/ok",)
+                )
+                server.name = f"mend-{n}-worker{'s' if n > 1 else ''}"
+                servers.append(server)
+        except BenchError as exc:
+            for server in servers:
+                self.stop(server)
+            self.results["workers"] = {"available": False, "reason": str(exc)[:300]}
+            return
+        self.warm(servers, ["/ok"], 128)
+        conns = [c for c in self.opts.connections if c >= 32] or [32]
+        runs = self.round_robin(servers, ["/ok"], conns)
+        self.results["workers"] = {
+            "available": True,
+            "runs": runs,
+            "summary": summarize(runs),
+            "pinning": "proxy on cores 0,1; wrk and upstream on core 0",
+        }
+        for server in servers:
+            self.stop(server)
+
+    # -- driver ----------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        opts = self.opts
+        self.results["meta"] = machine_info(opts)
+        started = time.monotonic()
+        want_mend = "mend" in opts.configs
+        if want_mend:
+            require_mend(opts.python)
+        self.start_upstream()
+        mend: Server | None = None
+        if want_mend and ({"matrix", "memory", "stream"} & set(opts.sections)):
+            mend = self.start_config("mend")
+            if "memory" in opts.sections:
+                self.section_memory(mend)
+        if "matrix" in opts.sections:
+            self.section_matrix({"mend": mend} if mend else {})
+        if mend is not None and "memory" in opts.sections:
+            self.section_memory_after(mend)
+        if "stream" in opts.sections:
+            self.section_stream(mend)
+        if mend is not None:
+            self.stop(mend)
+        for name, needs_mend, fn in (
+            ("rules", True, self.section_rules),
+            ("startup", False, self.section_startup),
+            ("reload", True, self.section_reload),
+            ("workers", True, self.section_workers),
+        ):
+            if name not in opts.sections:
+                continue
+            if needs_mend and not want_mend:
+                self.results[name] = {"available": False, "reason": "mend not in --only"}
+                continue
+            fn()
+        self.results["meta"]["wall_seconds"] = round(time.monotonic() - started, 1)
+        return self.results
+
+    def close(self) -> None:
+        self.group.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def mend_cmd(python: str) -> list[str]:
+    return [python, "-m", "proxy", "run"]
+
+
+def mend_help(python: str) -> str:
+    try:
+        done = subprocess.run(
+            [*mend_cmd(python), "--help"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"error: {exc}"
+    return done.stdout + done.stderr if done.returncode == 0 else ""
+
+
+def require_mend(python: str) -> None:
+    if not (REPO / "proxy" / "cli.py").exists():
+        raise BenchError(
+            "mend is not runnable yet: proxy/cli.py does not exist. "
+            "Benchmark the others with --only bare,nginx."
+        )
+    done = subprocess.run(
+        [*mend_cmd(python), "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=30,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise BenchError(
+            f"`{python} -m proxy run --help` failed ({done.returncode}):\n"
+            f"{(done.stderr or done.stdout)[-1500:]}\n"
+            "Benchmark the others with --only bare,nginx."
+        )
+
+
+def shipped_rules() -> list[Path]:
+    rules = REPO / "rules"
+    return [rules] if any(rules.glob("*.y*ml")) else []
+
+
+def debian_python_ok() -> bool:
+    python = DEBIAN_VENV / "bin" / "python"
+    if not python.exists():
+        return False
+    done = subprocess.run([str(python), "-c", "import aiohttp"], capture_output=True, check=False)
+    return done.returncode == 0
+
+
+def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """config -> path -> connections -> median of each metric across repeats."""
+    cells: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for run in runs:
+        cells.setdefault((run["config"], run["path"], run["connections"]), []).append(run)
+    out: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
+    for (config, path, conns), group in cells.items():
+        out.setdefault(config, {}).setdefault(path, {})[str(conns)] = {
+            "requests_per_sec": statistics.median(r["requests_per_sec"] for r in group),
+            "p50_us": statistics.median(r["p50_us"] for r in group),
+            "p99_us": statistics.median(r["p99_us"] for r in group),
+            "runs": len(group),
+            "socket_errors": sum(sum(r["socket_errors"].values()) for r in group),
+        }
+    return out
+
+
+def interpreter_info(python: str) -> dict[str, Any]:
+    code = (
+        "import json,platform,sys,sysconfig;"
+        "a=sysconfig.get_config_var('CONFIG_ARGS') or '';"
+        "print(json.dumps({'executable':sys.executable,'real':__import__('os').path.realpath("
+        "sys.executable),'version':platform.python_version(),"
+        "'pgo':'--enable-optimizations' in a,'lto':'--with-lto' in a}))"
+    )
+    try:
+        done = subprocess.run(
+            [python, "-c", code], capture_output=True, text=True, timeout=30, check=True
+        )
+        info: dict[str, Any] = json.loads(done.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        return {"executable": python, "error": str(exc)}
+    return info
+
+
+def _cmd_out(cmd: Sequence[str]) -> str:
+    try:
+        done = subprocess.run(list(cmd), capture_output=True, text=True, timeout=10, check=False)
+    except OSError:
+        return ""
+    return (done.stdout + done.stderr).strip()
+
+
+def machine_info(opts: Options) -> dict[str, Any]:
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in _cmd_out(["lscpu"]).splitlines()
+            if line.startswith("Model name")
+        ),
+        platform.processor(),
+    )
+    path_python = shutil.which("python3")
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "label": opts.label,
+        "quick": opts.quick,
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "kernel": platform.release(),
+        "nginx": _cmd_out([upstream.nginx_path() or "nginx", "-v"]).removeprefix("nginx version: "),
+        "wrk": _cmd_out(["wrk", "-v"]).splitlines()[0] if _cmd_out(["wrk", "-v"]) else "",
+        "python_under_test": interpreter_info(opts.python),
+        "python_debian_venv": interpreter_info(str(DEBIAN_VENV / "bin" / "python"))
+        if (DEBIAN_VENV / "bin" / "python").exists()
+        else None,
+        "python3_on_path": interpreter_info(path_python) if path_python else None,
+        "options": {
+            "duration_s": opts.duration,
+            "repeats": opts.repeats,
+            "connections": opts.connections,
+            "configs": opts.configs,
+            "paths": opts.paths,
+            "sections": opts.sections,
+            "warmup_s": opts.warmup,
+            "pinning": (
+                f"proxy on core {PROXY_CPU}; upstream nginx, wrk and harness on core {LOAD_CPU}"
+            )
+            if opts.pin
+            else "none",
+            "wrk": "wrk -t1 -cN -dDs --latency --timeout 10s",
+        },
+    }
+
+
+def _csv(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
+    return lambda text: [kind(x.strip()) for x in text.split(",") if x.strip()]
+
+
+def parse_args(argv: Sequence[str] | None) -> Options:
+    p = argparse.ArgumentParser(
+        prog="bench/run", description=__doc__.splitlines()[0] if __doc__ else None
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="CI smoke: 1 s runs, 1 repeat, 32 conns, throughput matrix only",
+    )
+    p.add_argument("--duration", type=int, help="seconds per wrk run (default 5)")
+    p.add_argument("--repeats", type=int, help="repeats per cell, median reported (default 3)")
+    p.add_argument("--connections", type=_csv(int), help="default 1,32,128")
+    p.add_argument(
+        "--only",
+        type=_csv(str),
+        help=f"configurations, from {','.join(MAIN_CONFIGS + EXTRA_CONFIGS)} "
+        "(default all; extras run on /ok only)",
+    )
+    p.add_argument("--paths", type=_csv(str), help=f"default {','.join(PATHS)}")
+    p.add_argument("--sections", type=_csv(str), help=f"default {','.join(SECTIONS)}")
+    p.add_argument("--warmup", type=int, help="seconds of warm-up per config and path (default 2)")
+    p.add_argument("--no-pin", action="store_true", help="do not pin with taskset")
+    p.add_argument(
+        "--python",
+        default=str(REPO / ".venv" / "bin" / "python"),
+        help="interpreter for mend and the bare proxy (default: .venv/bin/python)",
+    )
+    p.add_argument("--out", type=Path, help="results JSON (default bench/results/<ts>.json)")
+    p.add_argument(
+        "--write-readme", action="store_true", help="replace the results section of bench/README.md"
+    )
+    p.add_argument("--label", default="", help="free text stored with the results")
+    a = p.parse_args(argv)
+    quick = bool(a.quick)
+    configs = a.only or [*MAIN_CONFIGS, *EXTRA_CONFIGS]
+    unknown = set(configs) - set(MAIN_CONFIGS + EXTRA_CONFIGS)
+    if unknown:
+        p.error(f"unknown configuration(s) {sorted(unknown)}")
+    paths = a.paths or list(PATHS)
+    if set(paths) - set(PATHS):
+        p.error(f"unknown path(s) {sorted(set(paths) - set(PATHS))}")
+    sections = a.sections or (["matrix"] if quick else list(SECTIONS))
+    if set(sections) - set(SECTIONS):
+        p.error(f"unknown section(s) {sorted(set(sections) - set(SECTIONS))}")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return Options(
+        duration=a.duration or (1 if quick else 5),
+        repeats=a.repeats or (1 if quick else 3),
+        connections=a.connections or ([32] if quick else [1, 32, 128]),
+        configs=configs,
+        paths=paths,
+        sections=sections,
+        warmup=a.warmup if a.warmup is not None else (0 if quick else 2),
+        pin=not a.no_pin and (os.cpu_count() or 1) >= 2,
+        python=a.python,
+        out=a.out or BENCH / "results" / f"{stamp}.json",
+        write_readme=a.write_readme,
+        label=a.label or ("smoke run (--quick)" if quick else ""),
+        quick=quick,
+    )
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    opts = parse_args(argv)
+    missing = [tool for tool in ("wrk",) if shutil.which(tool) is None]
+    if upstream.nginx_path() is None:
+        missing.append("nginx")
+    if opts.pin and shutil.which("taskset") is None:
+        missing.append("taskset")
+    if missing:
+        print(
+            f"bench: missing {', '.join(missing)} (apt-get install -y nginx wrk util-linux)",
+            file=sys.stderr,
+        )
+        return 2
+    # SIGTERM (CI timeouts, kill) must still run the finally that stops every server.
+    signal.signal(signal.SIGTERM, _interrupt)
+    if opts.pin:
+        # The harness polls and samples; keep that off the proxy's core.
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, {int(LOAD_CPU)})
+    harness = Harness(opts)
+    try:
+        results = harness.run()
+    except BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("bench: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        harness.close()
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    opts.out.write_text(json.dumps(results, indent=2) + "\n")
+    markdown = report.render(results)
+    print(markdown)
+    if opts.write_readme:
+        report.update_readme(BENCH / "README.md", markdown)
+    print(f"[bench] results written to {opts.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

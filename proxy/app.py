@@ -1,0 +1,423 @@
+"""The proxy: one request's whole path, top to bottom, in ``Proxy.handle``.
+
+forward -> classify -> read -> match -> build envelope (redacting) -> render -> observe.
+Successes never leave the streaming branch; only responses a rule set inspects are read.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+from prometheus_client import CollectorRegistry
+from structlog.typing import FilteringBoundLogger
+from yarl import URL
+
+from proxy import body as bodies
+from proxy.build import BuildOptions, build
+from proxy.catalog import catalog_routes
+from proxy.engine import Engine, RuleStore
+from proxy.envelope import Envelope
+from proxy.exchange import Exchange
+from proxy.failures import (
+    ForwardProxyRefused,
+    ProxyFailure,
+    RequestTooLarge,
+    RouteNotFound,
+    UpstreamResponseTooLarge,
+    upstream_errors,
+)
+from proxy.forward import Upstreams, end_to_end, upstream_request_headers
+from proxy.logs import make_logger
+from proxy.metrics import Metrics, RepeatTracker
+from proxy.redact import Redactor, is_internal_header
+from proxy.render import Negotiator, Rendering, render, safe_header_value
+from proxy.request_id import request_id
+from proxy.ruleset import Match, Rule, RuleSet
+from proxy.settings import Route, Settings
+
+#: Upstream headers an agent needs to act on an envelope; all others are dropped from envelopes.
+KEPT_ON_ENVELOPES = re.compile(
+    r"^(www-authenticate|allow|accept|accept-patch|accept-post|retry-after|"
+    r"(x-)?ratelimit(-.*)?|x-rate-limit-.*)$",
+    re.I,
+)
+_HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
+APP_KEY = web.AppKey("mend", "Proxy")
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRuntime:
+    route: Route
+    origin: str
+    base_path: str
+    upstream_host: str | None
+
+
+class Proxy:
+    def __init__(
+        self,
+        settings: Settings,
+        store: RuleStore,
+        metrics: Metrics,
+        logger: FilteringBoundLogger,
+        redactor: Redactor,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.metrics = metrics
+        self.log = logger
+        self.redactor = redactor
+        self.upstreams = Upstreams()
+        self.negotiator = Negotiator()
+        self.repeats = RepeatTracker()
+        self.options = BuildOptions(
+            retry_after_default_ms=settings.retry_after_default_ms,
+            retry_after_max_ms=settings.retry_after_max_ms,
+            docs_base_url=(settings.public_url or "").rstrip("/"),
+        )
+        # longest prefix first, so /api/v2 wins over /api
+        self.routes = sorted(
+            (self._runtime(r) for r in settings.routes),
+            key=lambda rt: len(rt.route.prefix),
+            reverse=True,
+        )
+        self.timeouts = {
+            rt.route.name: aiohttp.ClientTimeout(
+                total=None, sock_connect=rt.route.connect_timeout, sock_read=rt.route.read_timeout
+            )
+            for rt in self.routes
+        }
+
+    @staticmethod
+    def _runtime(route: Route) -> RouteRuntime:
+        url = URL(route.upstream)
+        origin = str(url.origin())
+        host = url.host if url.is_default_port() else f"{url.host}:{url.port}"
+        return RouteRuntime(route, origin, url.path.rstrip("/"), host)
+
+    def _route_for(self, path: str) -> RouteRuntime | None:
+        for runtime in self.routes:
+            prefix = runtime.route.prefix
+            if path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/"):
+                return runtime
+        return None
+
+    # --- the request path -----------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        rid = request_id(request.headers)
+        runtime = self._route_for(request.path)
+        route_name = runtime.route.name if runtime else "none"
+        exchange = Exchange(
+            method=request.method,
+            path=request.path,
+            route=route_name,
+            request_id=rid,
+            request_headers=request.headers,
+        )
+        upstream_s: float | None = None
+        try:
+            if request.method == "CONNECT" or not request.raw_path.startswith("/"):
+                raise ForwardProxyRefused("absolute-form or CONNECT request target")
+            if runtime is None:
+                raise RouteNotFound(request.path)
+            self._check_request_size(request)
+            # 1. forward
+            with upstream_errors():
+                upstream = await self._forward(request, runtime, rid)
+            upstream_s = time.perf_counter() - started
+            self.metrics.upstream_duration.labels(route_name).observe(upstream_s)
+        except ProxyFailure as failure:
+            response, envelope = await self._failure(request, exchange, runtime, failure)
+            self._observe(exchange, response, started, upstream_s, "proxy_failure", envelope, failure)
+            return response
+
+        try:
+            ruleset = self.store.engine.routes[route_name]
+            # 2. classify: successes stream through untouched unless the route inspects them
+            if not ruleset.inspects(upstream.status):
+                response = await self._stream(request, upstream, b"")
+                self._observe(exchange, response, started, upstream_s, "passthrough")
+                return response
+            rewrite_started = time.perf_counter()
+            is_success = upstream.status < 400
+            # 3. read (a success only to a peek; an error up to the cap)
+            limit = self.settings.success_peek_bytes if is_success else self.settings.error_body_max_bytes
+            raw, complete = await self._read_capped(upstream, limit)
+            if is_success and not complete:
+                response = await self._stream(request, upstream, raw)
+                self._observe(exchange, response, started, upstream_s, "passthrough")
+                return response
+            body = bodies.parse(
+                raw,
+                encoding=upstream.headers.get("Content-Encoding", ""),
+                charset=upstream.charset,
+                limit=self.settings.decompressed_max_bytes,
+                cut=not complete,
+            )
+            exchange.status = upstream.status
+            exchange.headers = upstream.headers
+            exchange.content_type = upstream.content_type.lower()
+            exchange.text, exchange.json, exchange.truncated = body.text, body.json, body.truncated
+            # 4. match
+            match = ruleset.match(exchange)
+            if match is None:  # an inspected success that no rule calls an error
+                response = await self._send_buffered(request, upstream, raw)
+                self._observe(exchange, response, started, upstream_s, "passthrough")
+                return response
+            # 5-7. build, redact, render
+            response, envelope = self._envelope_response(
+                request, runtime.route, exchange, match, upstream
+            )
+            self.metrics.rewrite_duration.labels(route_name).observe(
+                time.perf_counter() - rewrite_started
+            )
+        except ProxyFailure as failure:
+            response, envelope = await self._failure(request, exchange, runtime, failure)
+            self._observe(exchange, response, started, upstream_s, "proxy_failure", envelope, failure)
+            return response
+        finally:
+            upstream.release()
+        # 8. observe
+        self._observe(exchange, response, started, upstream_s, "envelope", envelope)
+        return response
+
+    # --- forwarding -----------------------------------------------------------------------------
+
+    def _check_request_size(self, request: web.Request) -> None:
+        limit = self.settings.request_body_max_bytes
+        length = request.content_length
+        if limit is not None and length is not None and length > limit:
+            raise RequestTooLarge(f"Content-Length {length} > {limit}", limit=limit)
+
+    async def _limited(self, request: web.Request, limit: int) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in request.content.iter_any():
+            seen += len(chunk)
+            if seen > limit:
+                raise RequestTooLarge(f"body over {limit} bytes", limit=limit)
+            yield chunk
+
+    async def _forward(
+        self, request: web.Request, runtime: RouteRuntime, rid: str
+    ) -> aiohttp.ClientResponse:
+        route = runtime.route
+        path = request.raw_path
+        if route.strip_prefix and route.prefix != "/":
+            path = path[len(route.prefix.rstrip("/")) :] or "/"
+            if not path.startswith(("/", "?")):
+                path = "/" + path
+        headers = upstream_request_headers(
+            request.headers,
+            request_id=rid,
+            client_ip=request.remote,
+            scheme=request.scheme,
+            host=request.host,
+            upstream_host=runtime.upstream_host,
+            preserve_host=route.preserve_host,
+        )
+        data: Any = None
+        if request.body_exists:
+            limit = self.settings.request_body_max_bytes
+            data = request.content if limit is None else self._limited(request, limit)
+        session = self.upstreams.session(runtime.origin)
+        return await session.request(
+            request.method,
+            URL(runtime.base_path + path, encoded=True),
+            headers=headers,
+            data=data,
+            allow_redirects=False,
+            timeout=self.timeouts[route.name],
+        )
+
+    async def _stream(
+        self, request: web.Request, upstream: aiohttp.ClientResponse, head: bytes
+    ) -> web.StreamResponse:
+        """Pass a response through as it arrives: status, end-to-end headers, bytes."""
+        limit = self.settings.response_body_max_bytes
+        if limit is not None and (upstream.content_length or 0) > limit:
+            raise UpstreamResponseTooLarge(f"Content-Length {upstream.content_length} > {limit}")
+        response = web.StreamResponse(
+            status=upstream.status, reason=upstream.reason, headers=end_to_end(upstream.headers)
+        )
+        await response.prepare(request)
+        if head:
+            await response.write(head)
+        try:
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+        except aiohttp.ClientError as exc:
+            # headers are gone already: the only honest signal left is an aborted connection
+            self.log.warning("upstream_stream_broken", request_id=request.headers.get("X-Request-ID"), error=type(exc).__name__)
+            if request.transport is not None:
+                request.transport.abort()
+            return response
+        await response.write_eof()
+        return response
+
+    async def _send_buffered(
+        self, request: web.Request, upstream: aiohttp.ClientResponse, raw: bytes
+    ) -> web.StreamResponse:
+        headers = end_to_end(upstream.headers)
+        return web.Response(status=upstream.status, reason=upstream.reason, body=raw, headers=headers)
+
+    @staticmethod
+    async def _read_capped(upstream: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
+        """Up to ``limit`` bytes, and whether that was the whole body."""
+        buf = bytearray()
+        with upstream_errors():
+            while len(buf) <= limit:
+                chunk = await upstream.content.read(limit + 1 - len(buf))
+                if not chunk:
+                    return bytes(buf), True
+                buf += chunk
+        return bytes(buf[:limit]), False
+
+    # --- envelopes ------------------------------------------------------------------------------
+
+    def _envelope(
+        self, request: web.Request, rule: Rule, exchange: Exchange, found: dict[str, Any],
+        kinds: list[str],
+    ) -> Envelope:
+        def scrub(text: str) -> str:
+            scrubbed = self.redactor.scrub(text)
+            kinds.extend(scrubbed.kinds)
+            return scrubbed.text
+
+        options = self.options
+        if not options.docs_base_url:
+            host = request.host if _HOST.match(request.host or "") else self.settings.listen
+            options = replace(options, docs_base_url=f"{request.scheme}://{host}")
+        return build(rule.envelope, rule.id, exchange, found, scrub, options)
+
+    def _envelope_response(
+        self,
+        request: web.Request,
+        route: Route | None,
+        exchange: Exchange,
+        match: Match,
+        upstream: aiohttp.ClientResponse | None,
+        status: int | None = None,
+    ) -> tuple[web.Response, Envelope]:
+        kinds: list[str] = []
+        envelope = self._envelope(request, match.rule, exchange, match.found, kinds)
+        default = route.rendering if route else Rendering.JSON
+        rendering = (
+            default
+            if route and route.force_rendering
+            else self.negotiator.choose(request.headers.get("Accept"), default)
+        )
+        http_status = status or exchange.status or 502
+        if route is not None and route.status == 200:
+            http_status = 200
+        body, content_type = render(envelope, rendering, http_status)
+        headers = CIMultiDict[str]()
+        if upstream is not None:
+            for name, value in upstream.headers.items():
+                if KEPT_ON_ENVELOPES.match(name) and not is_internal_header(name):
+                    scrubbed = self.redactor.scrub(value)
+                    kinds.extend(scrubbed.kinds)
+                    headers.add(name, safe_header_value(scrubbed.text))
+        headers["Content-Type"] = content_type
+        headers["X-Request-ID"] = envelope.request_id
+        headers["X-Error-Code"] = envelope.code
+        if envelope.upstream_status is not None and envelope.upstream_status != http_status:
+            headers["X-Upstream-Status"] = str(envelope.upstream_status)
+        if envelope.retryable and envelope.retry_after_ms is not None:
+            headers["Retry-After"] = str(math.ceil(envelope.retry_after_ms / 1000))
+        self.metrics.envelope(exchange.route, envelope, fallback=match.rule.is_fallback)
+        self.metrics.redacted(kinds)
+        fingerprint = f"{request.remote}|{request.method}|{request.path_qs}|{request.content_length}"
+        if self.repeats.seen_again(fingerprint, envelope.code):
+            self.metrics.repeats.labels(exchange.route, envelope.code, envelope.action.value).inc()
+        return web.Response(status=http_status, body=body, headers=headers), envelope
+
+    async def _failure(
+        self,
+        request: web.Request,
+        exchange: Exchange,
+        runtime: RouteRuntime | None,
+        failure: ProxyFailure,
+    ) -> tuple[web.Response, Envelope]:
+        self.metrics.upstream_failures.labels(exchange.route, failure.reason).inc()
+        exchange.status = None
+        rule = self.store.engine.own[failure.rule]
+        found: dict[str, Any] = {}
+        if "limit" in failure.context:
+            found["limit"] = failure.context["limit"]
+        match = Match(rule, found)
+        return self._envelope_response(
+            request, runtime.route if runtime else None, exchange, match, None, status=failure.status
+        )
+
+    # --- observe --------------------------------------------------------------------------------
+
+    def _observe(
+        self,
+        exchange: Exchange,
+        response: web.StreamResponse,
+        started: float,
+        upstream_s: float | None,
+        outcome: str,
+        envelope: Envelope | None = None,
+        failure: ProxyFailure | None = None,
+    ) -> None:
+        elapsed = time.perf_counter() - started
+        self.metrics.requests.labels(exchange.route, outcome).inc()
+        self.metrics.request_duration.labels(exchange.route).observe(elapsed)
+        upstream_body = None
+        if envelope is not None and exchange.text:
+            upstream_body = self.redactor.mask(exchange.text[:16384]).text
+        self.log.info(
+            "request",
+            request_id=exchange.request_id,
+            route=exchange.route,
+            method=exchange.method,
+            path=exchange.path,
+            status=response.status,
+            upstream_status=exchange.status if exchange.status is not None else None,
+            outcome=outcome,
+            code=envelope.code if envelope else None,
+            rule=envelope.rule if envelope else None,
+            failure=str(failure) if failure else None,
+            latency_ms=round(elapsed * 1000, 3),
+            upstream_ms=round(upstream_s * 1000, 3) if upstream_s is not None else None,
+            upstream_body=upstream_body,
+        )
+
+    async def close(self) -> None:
+        await self.upstreams.close()
+
+
+def create_app(
+    settings: Settings,
+    registry: CollectorRegistry,
+    *,
+    logger: FilteringBoundLogger | None = None,
+    engine: Engine | None = None,
+) -> web.Application:
+    """The agent-facing application. Loading rules may raise ``RuleError``."""
+    metrics = Metrics(registry)
+    store = RuleStore(settings, engine or Engine.load(settings), on_reload=metrics.reloaded)
+    metrics.reloaded(True, store.engine.rule_count)
+    proxy = Proxy(settings, store, metrics, logger or make_logger(), Redactor())
+    app = web.Application(handler_args={"max_field_size": 16384})
+    app[APP_KEY] = proxy
+    app.router.add_routes(catalog_routes(store))
+    app.router.add_route("*", "/{tail:.*}", proxy.handle)
+
+    async def _close(_: web.Application) -> None:
+        await proxy.close()
+
+    app.on_cleanup.append(_close)
+    return app
+

@@ -1,0 +1,387 @@
+"""From a matched rule and what it found to the envelope an agent receives.
+
+``CompiledEnvelope`` is a rule's ``envelope:`` block with every template parsed at load. ``build``
+fills it from the exchange, derives what the rule left out (action from category, severity from
+action, steps from action), reads when to retry, and runs every substituted value through the
+redactor. The Envelope model then checks the invariants.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy import constraints
+from proxy.envelope import Action, Category, Envelope, InvalidField, Severity
+from proxy.exchange import Exchange
+from proxy.pointer import to_pointer
+from proxy.retry import clamp, retry_after_ms
+from proxy.rulefile import EnvelopeSpec, InvalidFieldsSpec, compile_jmespath
+from proxy.template import Template, compile_value, render_value, scrub_value
+
+Scrub = Callable[[str], str]
+
+DEFAULT_ACTION: dict[Category, Action] = {
+    Category.VALIDATION: Action.FIX_REQUEST,
+    Category.AUTH: Action.REAUTHENTICATE,
+    Category.PERMISSION: Action.ESCALATE,
+    Category.NOT_FOUND: Action.FIX_REQUEST,
+    Category.CONFLICT: Action.FIX_REQUEST,
+    Category.PRECONDITION: Action.FIX_REQUEST,
+    Category.RATE_LIMIT: Action.RETRY,
+    Category.UNAVAILABLE: Action.RETRY,
+    Category.TIMEOUT: Action.RETRY,
+    Category.INTERNAL: Action.REPORT_BUG,
+    Category.PAYLOAD_TOO_LARGE: Action.FIX_REQUEST,
+    Category.UNSUPPORTED_MEDIA: Action.FIX_REQUEST,
+    Category.METHOD_NOT_ALLOWED: Action.FIX_REQUEST,
+    Category.DEPENDENCY: Action.RETRY,
+}
+
+DEFAULT_HINT: dict[Action, str] = {
+    Action.RETRY: "Wait {wait} ms, then send {op} again unchanged.",
+    Action.FIX_REQUEST: "Change the request as the message says, then send {op} again.",
+    Action.CALL_OTHER_OPERATION: "Call {next} first, then send {op} again.",
+    Action.REAUTHENTICATE: "Obtain fresh credentials, then send {op} again with them.",
+    Action.ESCALATE: "Do not retry {op}; tell the user what failed and ask them to resolve it.",
+    Action.REPORT_BUG: "Do not retry {op} unchanged; report this error with its request id.",
+}
+
+NON_IDEMPOTENT = frozenset({"POST", "PATCH"})
+_AMBIGUOUS_STATUSES = frozenset({502, 504})
+_WARN = "The first attempt may already have taken effect: check its outcome before sending it again."
+_WS = re.compile(r"\s+")
+
+
+def _compile_optional(value: str | None) -> Template | str | None:
+    if value is None:
+        return None
+    compiled = compile_value(value)
+    return compiled if isinstance(compiled, Template | str) else str(compiled)
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledInvalidFields:
+    each: Any
+    field: Any
+    reason: Any
+    received: Any
+    allowed_values: Any
+    strip: tuple[str, ...]
+
+    @classmethod
+    def compile(cls, spec: InvalidFieldsSpec) -> CompiledInvalidFields:
+        def query(q: str | None) -> Any:
+            return compile_jmespath(q) if q is not None else None
+
+        return cls(
+            query(spec.each), query(spec.field), query(spec.reason), query(spec.received),
+            query(spec.allowed_values), spec.strip,
+        )
+
+    def items(self, document: Any) -> list[tuple[Any, Any, Any, Any]]:
+        """(location, reason, received, allowed) per offending field, in the upstream's order."""
+        found = self.each.search(document)
+        if isinstance(found, dict):
+            return [(path, reason, None, None) for path, reason in _leaves(found, ())]
+        if not isinstance(found, list):
+            return []
+        out = []
+        for item in found:
+            def get(query: Any, item: Any = item) -> Any:
+                return query.search(item) if query is not None else None
+
+            location = get(self.field) if self.field is not None else item
+            out.append((location, get(self.reason), get(self.received), get(self.allowed_values)))
+        return out
+
+
+def _leaves(node: Any, path: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str]]:
+    """Flatten ``{"items": [{"qty": ["too small"]}]}`` to ``[(("items", 0, "qty"), "too small")]``."""
+    if isinstance(node, dict):
+        return [leaf for k, v in node.items() for leaf in _leaves(v, (*path, k))]
+    if isinstance(node, list) and node and all(isinstance(v, str) for v in node):
+        return [(path, " ".join(node))]
+    if isinstance(node, list):
+        return [leaf for i, v in enumerate(node) for leaf in _leaves(v, (*path, i))]
+    return [(path, str(node))]
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledEnvelope:
+    spec: EnvelopeSpec
+    action: Action
+    severity: Severity
+    message: Any
+    hint: Any
+    steps: Any
+    field: Any
+    invalid_fields: CompiledInvalidFields | None
+    allowed_values: Any
+    suggested_value: Any
+    next_operation: Any
+    next_operation_args: Any
+    retry_after_ms: Any
+
+    @classmethod
+    def compile(cls, spec: EnvelopeSpec) -> CompiledEnvelope:
+        action = spec.action or DEFAULT_ACTION[spec.category]
+        severity = spec.severity or (
+            Severity.FATAL if action in (Action.ESCALATE, Action.REPORT_BUG) else Severity.ERROR
+        )
+        return cls(
+            spec=spec,
+            action=action,
+            severity=severity,
+            message=_compile_optional(spec.message),
+            hint=_compile_optional(spec.hint),
+            steps=compile_value(spec.steps) if spec.steps else None,
+            field=_compile_optional(spec.field),
+            invalid_fields=(
+                CompiledInvalidFields.compile(spec.invalid_fields) if spec.invalid_fields else None
+            ),
+            allowed_values=compile_value(spec.allowed_values),
+            suggested_value=compile_value(spec.suggested_value),
+            next_operation=_compile_optional(spec.next_operation),
+            next_operation_args=compile_value(spec.next_operation_args),
+            retry_after_ms=compile_value(spec.retry_after_ms),
+        )
+
+
+@dataclass(slots=True)
+class BuildOptions:
+    """What the operator configured that shapes every envelope."""
+
+    retry_after_default_ms: int = 1000
+    retry_after_max_ms: int = 3_600_000
+    docs_base_url: str = ""
+
+
+@dataclass(slots=True)
+class Lookup:
+    """Resolves template variables for one exchange; computed values are cached."""
+
+    exchange: Exchange
+    found: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, name: str) -> Any:
+        if name in self.found:
+            return self.found[name]
+        if name in self.extra:
+            return self.extra[name]
+        ex = self.exchange
+        if name.startswith("headers."):
+            return ex.headers.get(name[8:])
+        if name.startswith("request_headers."):
+            return ex.request_headers.get(name[16:])
+        if name in ("status", "upstream_status"):
+            return ex.status
+        if name == "upstream_message":
+            self.extra[name] = message = upstream_message(ex)
+            return message
+        return getattr(ex, name, None) if name in ("method", "path", "route", "request_id") else None
+
+
+def _single_line(text: Any, limit: int = 500) -> str:
+    value = _WS.sub(" ", str(text)).strip()
+    return value if len(value) <= limit else value[: limit - 1].rstrip() + "…"
+
+
+def _message_from_json(doc: Any) -> str | None:
+    if isinstance(doc, str):
+        return doc
+    if not isinstance(doc, dict):
+        return None
+    for key in ("message", "error_description", "detail", "title", "error", "msg", "description"):
+        value = doc.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+        if isinstance(value, dict) and (inner := _message_from_json(value)):
+            return inner
+    errors = doc.get("errors")
+    if isinstance(errors, list) and errors:
+        return _message_from_json(errors[0])
+    return None
+
+
+_HTML_TITLE = re.compile(r"<(?:title|h1)[^>]*>([^<]{1,300})<", re.I)
+
+
+def upstream_message(exchange: Exchange) -> str | None:
+    """The upstream's own one-line description of the error, found without a rule."""
+    if exchange.is_json:
+        message = _message_from_json(exchange.json)
+    elif "html" in exchange.content_type or exchange.text.lstrip()[:1] == "<":
+        match = _HTML_TITLE.search(exchange.text)
+        message = match.group(1) if match else None
+    else:
+        message = exchange.text.strip().split("\n", 1)[0] if exchange.text.strip() else None
+    return _single_line(message) if message else None
+
+
+def _operation(exchange: Exchange) -> str:
+    return f"{exchange.method} {exchange.path}"
+
+
+def build(
+    compiled: CompiledEnvelope,
+    rule_id: str,
+    exchange: Exchange,
+    found: dict[str, Any],
+    scrub: Scrub,
+    options: BuildOptions,
+) -> Envelope:
+    lookup = Lookup(exchange, found)
+
+    def render(value: Any) -> Any:
+        return render_value(value, lookup, scrub)
+
+    def text(value: Any) -> str | None:
+        rendered = render(value)
+        return _single_line(rendered) if rendered not in (None, "") else None
+
+    spec = compiled.spec
+    action = compiled.action
+    retryable = action is Action.RETRY
+    wait: int | None = None
+    if retryable:
+        from_rule = render(compiled.retry_after_ms)
+        wait = _int(from_rule)
+        if wait is None:
+            wait = retry_after_ms(exchange.headers)
+        wait = clamp(options.retry_after_default_ms if wait is None else wait, options.retry_after_max_ms)
+
+    invalid = _invalid_fields(compiled.invalid_fields, exchange, scrub)
+    field_pointer = text(compiled.field) or (invalid[0].field if invalid else None)
+    allowed = render(compiled.allowed_values)
+    suggested = render(compiled.suggested_value)
+    if allowed is None and len(invalid) == 1:
+        allowed = invalid[0].allowed_values
+    if suggested is None and isinstance(allowed, dict):
+        suggested = constraints.suggest(allowed, invalid[0].received if len(invalid) == 1 else None)
+
+    next_operation = text(compiled.next_operation)
+    operation = _operation(exchange)
+    message = text(compiled.message) or _default_message(spec.category, exchange, lookup)
+    hint = text(compiled.hint) or DEFAULT_HINT[action].format(
+        wait=wait, op=operation, next=next_operation or "the operation named in next_operation"
+    )
+    rendered_steps = render(compiled.steps) if compiled.steps is not None else None
+    steps = (
+        [_single_line(s) for s in rendered_steps if s]
+        if isinstance(rendered_steps, list)
+        else _default_steps(action, operation, wait, invalid, next_operation)
+    )
+    if retryable and _ambiguous(exchange, spec.code):
+        hint = f"{hint} {_WARN}"
+        steps = [_WARN, *steps]
+
+    return Envelope(
+        code=spec.code,
+        message=message,
+        category=spec.category,
+        severity=compiled.severity,
+        retryable=retryable,
+        retry_after_ms=wait,
+        action=action,
+        hint=hint,
+        steps=tuple(steps),
+        field=field_pointer,
+        invalid_fields=tuple(invalid),
+        allowed_values=allowed,
+        suggested_value=suggested,
+        next_operation=next_operation,
+        next_operation_args=render(compiled.next_operation_args),
+        related_codes=tuple(spec.related_codes),
+        docs_url=f"{options.docs_base_url}/_mend/errors/{spec.code}",
+        request_id=exchange.request_id,
+        upstream_status=exchange.status,
+        rule=rule_id,
+    )
+
+
+def _int(value: Any) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return round(float(value))
+    except (TypeError, ValueError):
+        return None
+
+
+def _ambiguous(exchange: Exchange, code: str) -> bool:
+    """A retry after a timeout or bad gateway may repeat a write that already happened."""
+    if exchange.method not in NON_IDEMPOTENT or "idempotency-key" in exchange.request_headers:
+        return False
+    return exchange.status in _AMBIGUOUS_STATUSES or code == "UPSTREAM_TIMEOUT"
+
+
+def _invalid_fields(
+    compiled: CompiledInvalidFields | None, exchange: Exchange, scrub: Scrub
+) -> list[InvalidField]:
+    if compiled is None or not exchange.is_json:
+        return []
+    out: list[InvalidField] = []
+    for location, reason, received, allowed in compiled.items(exchange.json)[:100]:
+        pointer = to_pointer(location, compiled.strip)
+        if pointer is None:
+            continue
+        reason_text = _single_line(scrub(str(reason)), 300) if reason is not None else "is invalid"
+        allowed = constraints.from_context(allowed) or constraints.from_reason(reason_text)
+        if allowed:
+            allowed = constraints.normalise(allowed, received)
+        out.append(
+            InvalidField(
+                field=scrub(pointer),
+                reason=reason_text,
+                received=scrub_value(received, scrub),
+                allowed_values=scrub_value(allowed, scrub),
+            )
+        )
+    return out
+
+
+_DEFAULT_MESSAGE: dict[Category, str] = {
+    Category.VALIDATION: "The request to {op} was rejected as invalid.",
+    Category.AUTH: "The request to {op} was not authenticated.",
+    Category.PERMISSION: "The caller is not allowed to perform {op}.",
+    Category.NOT_FOUND: "The resource addressed by {op} was not found.",
+    Category.CONFLICT: "{op} conflicts with the current state of the resource.",
+    Category.PRECONDITION: "A precondition of {op} was not met.",
+    Category.RATE_LIMIT: "Too many requests: {op} was rate limited.",
+    Category.UNAVAILABLE: "The upstream service is unavailable for {op}.",
+    Category.TIMEOUT: "{op} timed out.",
+    Category.INTERNAL: "The upstream service failed while handling {op}.",
+    Category.PAYLOAD_TOO_LARGE: "The request body sent to {op} is too large.",
+    Category.UNSUPPORTED_MEDIA: "The content type sent to {op} is not supported.",
+    Category.METHOD_NOT_ALLOWED: "{op} is not allowed on this resource.",
+    Category.DEPENDENCY: "A service that {op} depends on failed.",
+}
+
+
+def _default_message(category: Category, exchange: Exchange, lookup: Lookup) -> str:
+    return _DEFAULT_MESSAGE[category].format(op=_operation(exchange))
+
+
+def _default_steps(
+    action: Action,
+    operation: str,
+    wait: int | None,
+    invalid: list[InvalidField],
+    next_operation: str | None,
+) -> list[str]:
+    if action is Action.RETRY:
+        return [f"Wait {wait} ms.", f"Send {operation} again unchanged."]
+    if action is Action.FIX_REQUEST:
+        fixes = [f"Change {f.field}: {f.reason}." for f in invalid]
+        return [*(fixes or ["Correct the request as the message says."]), f"Send {operation} again."]
+    if action is Action.CALL_OTHER_OPERATION:
+        return [f"Call {next_operation or 'the operation in next_operation'}.", f"Send {operation} again."]
+    if action is Action.REAUTHENTICATE:
+        return ["Obtain a new access token or credentials.", f"Send {operation} again with them."]
+    if action is Action.ESCALATE:
+        return [f"Stop: do not retry {operation}.", "Tell the user what failed and what is needed."]
+    return [f"Do not retry {operation} unchanged.", "Report the error with its request_id."]

@@ -1,0 +1,93 @@
+"""Everything compiled from the rule files: one rule set per route, plus mend's own envelopes.
+
+An ``Engine`` is immutable; reloading builds a new one and swaps it in whole (``RuleStore``), so a
+request always sees one consistent rule set and a bad file never replaces a good one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from proxy.rulefile import LoadedRule, RuleError, load_rule_text, load_rules
+from proxy.ruleset import Rule, RuleSet
+from proxy.settings import Settings
+
+_HERE = Path(__file__).resolve().parent
+FALLBACKS = _HERE / "fallbacks.yaml"
+OWN_ERRORS = _HERE / "own_errors.yaml"
+
+
+def _builtin(path: Path) -> list[LoadedRule]:
+    return load_rule_text(path.read_text(encoding="utf-8"), str(path), default_pack=path.stem)
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    routes: dict[str, RuleSet]
+    own: dict[str, Rule]
+    rules: tuple[Rule, ...]  # every distinct rule, in order of first appearance (for the catalog)
+
+    @classmethod
+    def load(cls, settings: Settings) -> Engine:
+        """Load and compile every rule file the settings name; ``RuleError`` lists all problems."""
+        shared = load_rules(settings.rule_paths(), settings.disabled_packs)
+        fallbacks = _builtin(FALLBACKS)
+        compiled: dict[str, Rule] = {}
+
+        def compile_all(loaded: list[LoadedRule]) -> list[Rule]:
+            return [compiled.setdefault(r.spec.id, Rule.compile(r)) for r in loaded]
+
+        shared_rules = compile_all(shared)
+        tail = compile_all(fallbacks)
+        shared_ids = {r.spec.id: r.source for r in [*shared, *fallbacks]}
+        routes: dict[str, RuleSet] = {}
+        problems: list[str] = []
+        for route in settings.routes:
+            try:
+                own_rules = load_rules(route.rules)
+            except RuleError as exc:
+                problems.extend(exc.problems)
+                continue
+            for rule in own_rules:
+                if rule.spec.id in shared_ids:
+                    problems.append(
+                        f"{rule.source}: duplicate rule id {rule.spec.id!r} "
+                        f"(first at {shared_ids[rule.spec.id]})"
+                    )
+            routes[route.name] = RuleSet.build(
+                [*compile_all(own_rules), *shared_rules, *tail], route.success_rules
+            )
+        if problems:
+            raise RuleError(problems)
+        own = {r.spec.id: Rule.compile(r) for r in _builtin(OWN_ERRORS)}
+        return cls(routes, own, tuple(compiled.values()) + tuple(own.values()))
+
+    @property
+    def rule_count(self) -> int:
+        return len(self.rules)
+
+
+@dataclass
+class RuleStore:
+    """Holds the engine in force; ``reload`` swaps in a new one only if it loads cleanly."""
+
+    settings: Settings
+    engine: Engine
+    on_reload: Callable[[bool, int], None] | None = None
+    last_error: str | None = field(default=None)
+
+    def reload(self) -> Engine:
+        try:
+            engine = Engine.load(self.settings)
+        except RuleError as exc:
+            self.last_error = str(exc)
+            if self.on_reload:
+                self.on_reload(False, self.engine.rule_count)
+            raise
+        self.engine = engine
+        self.last_error = None
+        if self.on_reload:
+            self.on_reload(True, engine.rule_count)
+        return engine

@@ -1,0 +1,70 @@
+"""mend's own failures, and the one place aiohttp client errors are translated into them.
+
+Like httpx's ``map_httpcore_exceptions``: the forwarder wraps the upstream call in
+``upstream_errors()``, and everything above it deals in ``ProxyFailure`` only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import aiohttp
+
+
+class ProxyFailure(Exception):
+    """A request mend could not complete; ``rule`` names its envelope in own_errors.yaml."""
+
+    rule = "proxy.upstream_protocol_error"
+    reason = "protocol_error"  # label of mend_upstream_failures_total
+    status = 502
+
+    def __init__(self, detail: str, **context: Any) -> None:
+        super().__init__(detail)
+        self.context = context
+
+
+class UpstreamUnreachable(ProxyFailure):
+    rule, reason, status = "proxy.upstream_unreachable", "unreachable", 502
+
+
+class UpstreamTimeout(ProxyFailure):
+    rule, reason, status = "proxy.upstream_timeout", "timeout", 504
+
+
+class UpstreamProtocolError(ProxyFailure):
+    rule, reason, status = "proxy.upstream_protocol_error", "protocol_error", 502
+
+
+class UpstreamResponseTooLarge(ProxyFailure):
+    rule, reason, status = "proxy.upstream_response_too_large", "too_large", 502
+
+
+class RequestTooLarge(ProxyFailure):
+    rule, reason, status = "proxy.request_too_large", "request_too_large", 413
+
+
+class ForwardProxyRefused(ProxyFailure):
+    rule, reason, status = "proxy.forward_proxy_refused", "refused", 400
+
+
+class RouteNotFound(ProxyFailure):
+    rule, reason, status = "proxy.route_not_found", "no_route", 404
+
+
+@contextmanager
+def upstream_errors() -> Iterator[None]:
+    """Translate what aiohttp raises while talking to the upstream. Order matters: subclasses first."""
+    try:
+        yield
+    except ProxyFailure:
+        raise
+    except (aiohttp.ServerTimeoutError, aiohttp.ConnectionTimeoutError, asyncio.TimeoutError) as exc:
+        raise UpstreamTimeout(type(exc).__name__) from exc
+    except aiohttp.ClientConnectorError as exc:
+        raise UpstreamUnreachable(str(exc.os_error) or type(exc).__name__) from exc
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        # ServerDisconnectedError, ClientPayloadError, a malformed status line or header...
+        raise UpstreamProtocolError(type(exc).__name__) from exc

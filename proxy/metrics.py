@@ -1,0 +1,132 @@
+"""Prometheus metrics (CONTRACT §5), on a registry passed in, never the global one.
+
+Label values are bounded by configuration: route names come from the config, codes and rule ids
+from the loaded rules, statuses are three digits. Nothing an upstream or agent sends becomes a label.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from proxy import __version__
+from proxy.envelope import Envelope
+
+_LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)
+_REWRITE_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.requests = Counter(
+            "mend_requests", "Requests proxied, by outcome.", ["route", "outcome"], registry=registry
+        )
+        self.errors = Counter(
+            "mend_errors",
+            "Envelopes returned to agents.",
+            ["code", "category", "route", "upstream_status", "rule"],
+            registry=registry,
+        )
+        self.unmatched = Counter(
+            "mend_unmatched_errors",
+            "Errors that only a built-in fallback matched.",
+            ["route", "upstream_status"],
+            registry=registry,
+        )
+        self.actions = Counter(
+            "mend_error_actions", "Envelopes by recovery action.", ["route", "action"],
+            registry=registry,
+        )
+        self.repeats = Counter(
+            "mend_error_repeats",
+            "The same request failing the same way again within the repeat window.",
+            ["route", "code", "action"],
+            registry=registry,
+        )
+        self.redactions = Counter(
+            "mend_redactions", "Redactions applied to agent-facing text.", ["kind"],
+            registry=registry,
+        )
+        self.upstream_failures = Counter(
+            "mend_upstream_failures",
+            "Requests for which no usable upstream response arrived.",
+            ["route", "reason"],
+            registry=registry,
+        )
+        self.request_duration = Histogram(
+            "mend_request_duration_seconds", "Time from request to response headers and body.",
+            ["route"], buckets=_LATENCY_BUCKETS, registry=registry,
+        )
+        self.upstream_duration = Histogram(
+            "mend_upstream_duration_seconds", "Time until the upstream's response headers.",
+            ["route"], buckets=_LATENCY_BUCKETS, registry=registry,
+        )
+        self.rewrite_duration = Histogram(
+            "mend_rewrite_duration_seconds",
+            "Time spent reading, matching and rendering an error.",
+            ["route"], buckets=_REWRITE_BUCKETS, registry=registry,
+        )
+        self.reloads = Counter(
+            "mend_rule_reloads", "Rule reloads, by result.", ["result"], registry=registry
+        )
+        self.rules_loaded = Gauge("mend_rules_loaded", "Rules in force.", registry=registry)
+        self.last_reload_success = Gauge(
+            "mend_rules_last_reload_success_timestamp_seconds",
+            "When rules were last loaded successfully.", registry=registry,
+        )
+        self.last_reload_ok = Gauge(
+            "mend_rules_last_reload_successful",
+            "Whether the last attempt to load rules succeeded (1) or failed (0).",
+            registry=registry,
+        )
+        Gauge(
+            "mend_build_info", "mend's version.", ["version"], registry=registry
+        ).labels(__version__).set(1)
+
+    def envelope(self, route: str, envelope: Envelope, *, fallback: bool) -> None:
+        status = str(envelope.upstream_status) if envelope.upstream_status is not None else "none"
+        self.errors.labels(
+            envelope.code, envelope.category.value, route, status, envelope.rule
+        ).inc(exemplar={"request_id": envelope.request_id[:64]})
+        self.actions.labels(route, envelope.action.value).inc()
+        if fallback:
+            self.unmatched.labels(route, status).inc()
+
+    def redacted(self, kinds: list[str]) -> None:
+        for kind in kinds:
+            self.redactions.labels(kind).inc()
+
+    def reloaded(self, ok: bool, rules: int) -> None:
+        self.reloads.labels("success" if ok else "failure").inc()
+        self.last_reload_ok.set(1 if ok else 0)
+        if ok:
+            self.rules_loaded.set(rules)
+            self.last_reload_success.set(time.time())
+
+
+@dataclass
+class RepeatTracker:
+    """Notices an agent sending the same failing request again (a retry storm in the making).
+
+    Keeps fingerprints of recent failures in a bounded LRU; memory stays flat however many
+    agents there are.
+    """
+
+    window_s: float = 60.0
+    capacity: int = 10_000
+    _seen: OrderedDict[tuple[str, str], float] = field(default_factory=OrderedDict)
+
+    def seen_again(self, fingerprint: str, code: str, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        key = (fingerprint, code)
+        last = self._seen.pop(key, None)
+        self._seen[key] = now
+        if len(self._seen) > self.capacity:
+            self._seen.popitem(last=False)
+        return last is not None and now - last <= self.window_s

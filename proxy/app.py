@@ -21,10 +21,11 @@ from structlog.typing import FilteringBoundLogger
 from yarl import URL
 
 from proxy import body as bodies
-from proxy.build import BuildOptions, build
+from proxy.build import BuildOptions
 from proxy.catalog import catalog_routes
 from proxy.engine import Engine, RuleStore
 from proxy.envelope import Envelope
+from proxy.evaluate import rewrite
 from proxy.exchange import Exchange
 from proxy.failures import (
     ForwardProxyRefused,
@@ -40,7 +41,7 @@ from proxy.metrics import Metrics, RepeatTracker
 from proxy.redact import Redactor, is_internal_header
 from proxy.render import Negotiator, Rendering, render, safe_header_value
 from proxy.request_id import request_id
-from proxy.ruleset import Match, Rule, RuleSet
+from proxy.ruleset import Match
 from proxy.settings import Route, Settings
 
 #: Upstream headers an agent needs to act on an envelope; all others are dropped from envelopes.
@@ -138,7 +139,9 @@ class Proxy:
             self.metrics.upstream_duration.labels(route_name).observe(upstream_s)
         except ProxyFailure as failure:
             response, envelope = await self._failure(request, exchange, runtime, failure)
-            self._observe(exchange, response, started, upstream_s, "proxy_failure", envelope, failure)
+            self._observe(
+                exchange, response, started, upstream_s, "proxy_failure", envelope, failure
+            )
             return response
 
         try:
@@ -151,7 +154,11 @@ class Proxy:
             rewrite_started = time.perf_counter()
             is_success = upstream.status < 400
             # 3. read (a success only to a peek; an error up to the cap)
-            limit = self.settings.success_peek_bytes if is_success else self.settings.error_body_max_bytes
+            limit = (
+                self.settings.success_peek_bytes
+                if is_success
+                else self.settings.error_body_max_bytes
+            )
             raw, complete = await self._read_capped(upstream, limit)
             if is_success and not complete:
                 response = await self._stream(request, upstream, raw)
@@ -183,7 +190,9 @@ class Proxy:
             )
         except ProxyFailure as failure:
             response, envelope = await self._failure(request, exchange, runtime, failure)
-            self._observe(exchange, response, started, upstream_s, "proxy_failure", envelope, failure)
+            self._observe(
+                exchange, response, started, upstream_s, "proxy_failure", envelope, failure
+            )
             return response
         finally:
             upstream.release()
@@ -257,7 +266,11 @@ class Proxy:
                 await response.write(chunk)
         except aiohttp.ClientError as exc:
             # headers are gone already: the only honest signal left is an aborted connection
-            self.log.warning("upstream_stream_broken", request_id=request.headers.get("X-Request-ID"), error=type(exc).__name__)
+            self.log.warning(
+                "upstream_stream_broken",
+                request_id=request.headers.get("X-Request-ID"),
+                error=type(exc).__name__,
+            )
             if request.transport is not None:
                 request.transport.abort()
             return response
@@ -268,7 +281,9 @@ class Proxy:
         self, request: web.Request, upstream: aiohttp.ClientResponse, raw: bytes
     ) -> web.StreamResponse:
         headers = end_to_end(upstream.headers)
-        return web.Response(status=upstream.status, reason=upstream.reason, body=raw, headers=headers)
+        return web.Response(
+            status=upstream.status, reason=upstream.reason, body=raw, headers=headers
+        )
 
     @staticmethod
     async def _read_capped(upstream: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
@@ -284,20 +299,12 @@ class Proxy:
 
     # --- envelopes ------------------------------------------------------------------------------
 
-    def _envelope(
-        self, request: web.Request, rule: Rule, exchange: Exchange, found: dict[str, Any],
-        kinds: list[str],
-    ) -> Envelope:
-        def scrub(text: str) -> str:
-            scrubbed = self.redactor.scrub(text)
-            kinds.extend(scrubbed.kinds)
-            return scrubbed.text
-
-        options = self.options
-        if not options.docs_base_url:
-            host = request.host if _HOST.match(request.host or "") else self.settings.listen
-            options = replace(options, docs_base_url=f"{request.scheme}://{host}")
-        return build(rule.envelope, rule.id, exchange, found, scrub, options)
+    def _options(self, request: web.Request) -> BuildOptions:
+        if self.options.docs_base_url:
+            return self.options
+        # the agent reached us under this host; a Host header that is not a plain host is ignored
+        host = request.host if _HOST.match(request.host or "") else self.settings.listen
+        return replace(self.options, docs_base_url=f"{request.scheme}://{host}")
 
     def _envelope_response(
         self,
@@ -308,8 +315,8 @@ class Proxy:
         upstream: aiohttp.ClientResponse | None,
         status: int | None = None,
     ) -> tuple[web.Response, Envelope]:
-        kinds: list[str] = []
-        envelope = self._envelope(request, match.rule, exchange, match.found, kinds)
+        evaluation = rewrite(match, exchange, self.redactor, self._options(request))
+        envelope, kinds = evaluation.envelope, evaluation.redactions
         default = route.rendering if route else Rendering.JSON
         rendering = (
             default
@@ -336,7 +343,9 @@ class Proxy:
             headers["Retry-After"] = str(math.ceil(envelope.retry_after_ms / 1000))
         self.metrics.envelope(exchange.route, envelope, fallback=match.rule.is_fallback)
         self.metrics.redacted(kinds)
-        fingerprint = f"{request.remote}|{request.method}|{request.path_qs}|{request.content_length}"
+        fingerprint = (
+            f"{request.remote}|{request.method}|{request.path_qs}|{request.content_length}"
+        )
         if self.repeats.seen_again(fingerprint, envelope.code):
             self.metrics.repeats.labels(exchange.route, envelope.code, envelope.action.value).inc()
         return web.Response(status=http_status, body=body, headers=headers), envelope
@@ -356,7 +365,12 @@ class Proxy:
             found["limit"] = failure.context["limit"]
         match = Match(rule, found)
         return self._envelope_response(
-            request, runtime.route if runtime else None, exchange, match, None, status=failure.status
+            request,
+            runtime.route if runtime else None,
+            exchange,
+            match,
+            None,
+            status=failure.status,
         )
 
     # --- observe --------------------------------------------------------------------------------
@@ -420,4 +434,3 @@ def create_app(
 
     app.on_cleanup.append(_close)
     return app
-

@@ -43,7 +43,9 @@ def _brotli_inflate(data: bytes, limit: int) -> tuple[bytes, bool]:
     decoder = brotli.Decompressor()
     out = bytearray()
     for start in range(0, len(data), _CHUNK):
-        out += decoder.process(data[start : start + _CHUNK], output_buffer_limit=limit - len(out) + 1)
+        out += decoder.process(
+            data[start : start + _CHUNK], output_buffer_limit=limit - len(out) + 1
+        )
         if len(out) > limit:
             return bytes(out[:limit]), True
     return bytes(out), False

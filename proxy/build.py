@@ -51,7 +51,9 @@ DEFAULT_HINT: dict[Action, str] = {
 
 NON_IDEMPOTENT = frozenset({"POST", "PATCH"})
 _AMBIGUOUS_STATUSES = frozenset({502, 504})
-_WARN = "The first attempt may already have taken effect: check its outcome before sending it again."
+_WARN = (
+    "The first attempt may already have taken effect: check its outcome before sending it again."
+)
 _WS = re.compile(r"\s+")
 
 
@@ -77,8 +79,12 @@ class CompiledInvalidFields:
             return compile_jmespath(q) if q is not None else None
 
         return cls(
-            query(spec.each), query(spec.field), query(spec.reason), query(spec.received),
-            query(spec.allowed_values), spec.strip,
+            query(spec.each),
+            query(spec.field),
+            query(spec.reason),
+            query(spec.received),
+            query(spec.allowed_values),
+            spec.strip,
         )
 
     def items(self, document: Any) -> list[tuple[Any, Any, Any, Any]]:
@@ -90,6 +96,7 @@ class CompiledInvalidFields:
             return []
         out = []
         for item in found:
+
             def get(query: Any, item: Any = item) -> Any:
                 return query.search(item) if query is not None else None
 
@@ -182,7 +189,9 @@ class Lookup:
         if name == "upstream_message":
             self.extra[name] = message = upstream_message(ex)
             return message
-        return getattr(ex, name, None) if name in ("method", "path", "route", "request_id") else None
+        return (
+            getattr(ex, name, None) if name in ("method", "path", "route", "request_id") else None
+        )
 
 
 def _single_line(text: Any, limit: int = 500) -> str:
@@ -252,7 +261,9 @@ def build(
         wait = _int(from_rule)
         if wait is None:
             wait = retry_after_ms(exchange.headers)
-        wait = clamp(options.retry_after_default_ms if wait is None else wait, options.retry_after_max_ms)
+        wait = clamp(
+            options.retry_after_default_ms if wait is None else wait, options.retry_after_max_ms
+        )
 
     invalid = _invalid_fields(compiled.invalid_fields, exchange, scrub)
     field_pointer = text(compiled.field) or (invalid[0].field if invalid else None)
@@ -377,9 +388,15 @@ def _default_steps(
         return [f"Wait {wait} ms.", f"Send {operation} again unchanged."]
     if action is Action.FIX_REQUEST:
         fixes = [f"Change {f.field}: {f.reason}." for f in invalid]
-        return [*(fixes or ["Correct the request as the message says."]), f"Send {operation} again."]
+        return [
+            *(fixes or ["Correct the request as the message says."]),
+            f"Send {operation} again.",
+        ]
     if action is Action.CALL_OTHER_OPERATION:
-        return [f"Call {next_operation or 'the operation in next_operation'}.", f"Send {operation} again."]
+        return [
+            f"Call {next_operation or 'the operation in next_operation'}.",
+            f"Send {operation} again.",
+        ]
     if action is Action.REAUTHENTICATE:
         return ["Obtain a new access token or credentials.", f"Send {operation} again with them."]
     if action is Action.ESCALATE:

@@ -36,7 +36,8 @@ def entries(rules: Iterable[Rule]) -> dict[str, dict[str, Any]]:
                 "severity": env.severity.value,
                 "action": env.action.value,
                 "retryable": env.action.value == "retry",
-                "summary": rule.description or (env.message if isinstance(env.message, str) else None),
+                "summary": rule.description
+                or (env.message if isinstance(env.message, str) else None),
                 "cause": docs.cause if docs else None,
                 "fix": docs.fix if docs else (env.hint if isinstance(env.hint, str) else None),
                 "example": docs.example if docs else None,

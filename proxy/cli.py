@@ -43,7 +43,9 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
         raise SystemExit("mend run: give --upstream URL or --config FILE")
     try:
         route = Route(name="default", prefix="/", upstream=args.upstream)
-        return Settings(routes=(route,), rules=tuple(Path(p) for p in args.rules or ()), **overrides)  # type: ignore[arg-type]
+        return Settings(
+            routes=(route,), rules=tuple(Path(p) for p in args.rules or ()), **overrides
+        )  # type: ignore[arg-type]
     except ValueError as exc:
         raise SystemExit(f"mend run: {exc}") from None
 
@@ -61,8 +63,12 @@ async def _serve(settings: Settings) -> None:
         host, port = parse_hostport(address)
         await web.TCPSite(runner, host, port, backlog=1024).start()
     logger.info(
-        "started", version=__version__, listen=settings.listen, admin_listen=settings.admin_listen,
-        rules=store.engine.rule_count, routes=[r.name for r in settings.routes],
+        "started",
+        version=__version__,
+        listen=settings.listen,
+        admin_listen=settings.admin_listen,
+        rules=store.engine.rule_count,
+        routes=[r.name for r in settings.routes],
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

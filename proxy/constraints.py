@@ -15,12 +15,30 @@ _NUM = r"(-?\d+(?:\.\d+)?)"
 _BOUNDS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(p, re.I), key)
     for p, key in (
-        (rf"(?:greater than or equal to|at least|no less than|>=|minimum(?: value)?(?: is| of)?)\s*{_NUM}(?!\s*(?:char|item|element|byte))", "minimum"),
-        (rf"(?:less than or equal to|at most|no (?:more|greater) than|not exceed|<=|maximum(?: value)?(?: is| of)?)\s*{_NUM}(?!\s*(?:char|item|element|byte))", "maximum"),
-        (rf"(?:greater than|more than|>|above)\s*{_NUM}(?!\s*(?:char|item|element|byte))", "exclusiveMinimum"),
-        (rf"(?:less than|fewer than|<|below)\s*{_NUM}(?!\s*(?:char|item|element|byte))", "exclusiveMaximum"),
-        (rf"(?:at least|minimum of|no fewer than|min(?:imum)? length(?: of| is)?)\s*{_NUM}\s*char", "minLength"),
-        (rf"(?:at most|no more than|maximum of|max(?:imum)? length(?: of| is)?)\s*{_NUM}\s*char", "maxLength"),
+        (
+            rf"(?:greater than or equal to|at least|no less than|>=|minimum(?: value)?(?: is| of)?)\s*{_NUM}(?!\s*(?:char|item|element|byte))",
+            "minimum",
+        ),
+        (
+            rf"(?:less than or equal to|at most|no (?:more|greater) than|not exceed|<=|maximum(?: value)?(?: is| of)?)\s*{_NUM}(?!\s*(?:char|item|element|byte))",
+            "maximum",
+        ),
+        (
+            rf"(?:greater than|more than|>|above)\s*{_NUM}(?!\s*(?:char|item|element|byte))",
+            "exclusiveMinimum",
+        ),
+        (
+            rf"(?:less than|fewer than|<|below)\s*{_NUM}(?!\s*(?:char|item|element|byte))",
+            "exclusiveMaximum",
+        ),
+        (
+            rf"(?:at least|minimum of|no fewer than|min(?:imum)? length(?: of| is)?)\s*{_NUM}\s*char",
+            "minLength",
+        ),
+        (
+            rf"(?:at most|no more than|maximum of|max(?:imum)? length(?: of| is)?)\s*{_NUM}\s*char",
+            "maxLength",
+        ),
         (rf"(?:at least|no fewer than)\s*{_NUM}\s*(?:item|element)", "minItems"),
         (rf"(?:at most|no more than)\s*{_NUM}\s*(?:item|element)", "maxItems"),
     )
@@ -32,9 +50,15 @@ _ENUM = re.compile(
 )
 _ENUM_ITEM = re.compile(r"""['"`]([^'"`]{1,64})['"`]|([\w.\-]{1,64})""")
 _CTX_KEYS = {
-    "gt": "exclusiveMinimum", "ge": "minimum", "lt": "exclusiveMaximum", "le": "maximum",
-    "min_length": "minLength", "max_length": "maxLength", "expected": "enum",
-    "limit_value": None, "pattern": "pattern",
+    "gt": "exclusiveMinimum",
+    "ge": "minimum",
+    "lt": "exclusiveMaximum",
+    "le": "maximum",
+    "min_length": "minLength",
+    "max_length": "maxLength",
+    "expected": "enum",
+    "limit_value": None,
+    "pattern": "pattern",
 }
 
 
@@ -87,7 +111,10 @@ def normalise(allowed: dict[str, Any], received: Any = None) -> dict[str, Any]:
     """Prefer inclusive bounds for integers: ``> 0`` becomes ``minimum: 1``, as agents expect."""
     out = dict(allowed)
     integral = isinstance(received, int) or received is None
-    for exclusive, inclusive, step in (("exclusiveMinimum", "minimum", 1), ("exclusiveMaximum", "maximum", -1)):
+    for exclusive, inclusive, step in (
+        ("exclusiveMinimum", "minimum", 1),
+        ("exclusiveMaximum", "maximum", -1),
+    ):
         bound = out.get(exclusive)
         if isinstance(bound, int) and integral and inclusive not in out:
             out[inclusive] = bound + step

@@ -6,7 +6,6 @@ Like httpx's ``map_httpcore_exceptions``: the forwarder wraps the upstream call 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -61,7 +60,7 @@ def upstream_errors() -> Iterator[None]:
         yield
     except ProxyFailure:
         raise
-    except (aiohttp.ServerTimeoutError, aiohttp.ConnectionTimeoutError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, aiohttp.ServerTimeoutError, aiohttp.ConnectionTimeoutError) as exc:
         raise UpstreamTimeout(type(exc).__name__) from exc
     except aiohttp.ClientConnectorError as exc:
         raise UpstreamUnreachable(str(exc.os_error) or type(exc).__name__) from exc

@@ -16,8 +16,15 @@ from yarl import URL
 
 HOP_BY_HOP = frozenset(
     {
-        "connection", "keep-alive", "proxy-connection", "proxy-authenticate",
-        "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
     }
 )
 
@@ -29,9 +36,7 @@ def _connection_named(headers: CIMultiDictProxy[str]) -> frozenset[str]:
     return frozenset(t.strip().lower() for value in named for t in value.split(",") if t.strip())
 
 
-def end_to_end(
-    headers: CIMultiDictProxy[str], drop: Iterable[str] = ()
-) -> CIMultiDict[str]:
+def end_to_end(headers: CIMultiDictProxy[str], drop: Iterable[str] = ()) -> CIMultiDict[str]:
     """``headers`` less hop-by-hop ones, those ``Connection`` names, and ``drop``."""
     excluded = HOP_BY_HOP | _connection_named(headers) | frozenset(drop)
     return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in excluded)
@@ -71,7 +76,9 @@ class Upstreams:
         session = self._sessions.get(origin)
         if session is None:
             connector = aiohttp.TCPConnector(
-                limit=0, limit_per_host=self.limit_per_host, ttl_dns_cache=60,
+                limit=0,
+                limit_per_host=self.limit_per_host,
+                ttl_dns_cache=60,
                 enable_cleanup_closed=True,
             )
             session = aiohttp.ClientSession(

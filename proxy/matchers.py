@@ -92,9 +92,7 @@ def _json_predicate(cond: JsonCondition) -> Predicate:
 
     if "equals" in given:
         expected = cond.equals
-        return Predicate(
-            f"json {cond.query} == {expected!r}", lambda ex, _: value(ex) == expected
-        )
+        return Predicate(f"json {cond.query} == {expected!r}", lambda ex, _: value(ex) == expected)
     if "one_of" in given:
         options = list(cond.one_of or [])
         return Predicate(f"json {cond.query} in {options!r}", lambda ex, _: value(ex) in options)
@@ -180,9 +178,7 @@ def compile_when(when: When) -> tuple[Predicate, ...]:
         )
     if when.not_ is not None:
         inner = _block("not", when.not_)
-        preds.append(
-            Predicate(f"not ({inner.description})", lambda ex, _: not inner(ex, {}))
-        )
+        preds.append(Predicate(f"not ({inner.description})", lambda ex, _: not inner(ex, {})))
     return tuple(preds)
 
 

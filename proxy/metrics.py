@@ -16,7 +16,21 @@ from proxy import __version__
 from proxy.envelope import Envelope
 
 _LATENCY_BUCKETS = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
 )
 _REWRITE_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
 
@@ -25,7 +39,10 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self.requests = Counter(
-            "mend_requests", "Requests proxied, by outcome.", ["route", "outcome"], registry=registry
+            "mend_requests",
+            "Requests proxied, by outcome.",
+            ["route", "outcome"],
+            registry=registry,
         )
         self.errors = Counter(
             "mend_errors",
@@ -40,7 +57,9 @@ class Metrics:
             registry=registry,
         )
         self.actions = Counter(
-            "mend_error_actions", "Envelopes by recovery action.", ["route", "action"],
+            "mend_error_actions",
+            "Envelopes by recovery action.",
+            ["route", "action"],
             registry=registry,
         )
         self.repeats = Counter(
@@ -50,7 +69,9 @@ class Metrics:
             registry=registry,
         )
         self.redactions = Counter(
-            "mend_redactions", "Redactions applied to agent-facing text.", ["kind"],
+            "mend_redactions",
+            "Redactions applied to agent-facing text.",
+            ["kind"],
             registry=registry,
         )
         self.upstream_failures = Counter(
@@ -60,17 +81,25 @@ class Metrics:
             registry=registry,
         )
         self.request_duration = Histogram(
-            "mend_request_duration_seconds", "Time from request to response headers and body.",
-            ["route"], buckets=_LATENCY_BUCKETS, registry=registry,
+            "mend_request_duration_seconds",
+            "Time from request to response headers and body.",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
         )
         self.upstream_duration = Histogram(
-            "mend_upstream_duration_seconds", "Time until the upstream's response headers.",
-            ["route"], buckets=_LATENCY_BUCKETS, registry=registry,
+            "mend_upstream_duration_seconds",
+            "Time until the upstream's response headers.",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
         )
         self.rewrite_duration = Histogram(
             "mend_rewrite_duration_seconds",
             "Time spent reading, matching and rendering an error.",
-            ["route"], buckets=_REWRITE_BUCKETS, registry=registry,
+            ["route"],
+            buckets=_REWRITE_BUCKETS,
+            registry=registry,
         )
         self.reloads = Counter(
             "mend_rule_reloads", "Rule reloads, by result.", ["result"], registry=registry
@@ -78,16 +107,17 @@ class Metrics:
         self.rules_loaded = Gauge("mend_rules_loaded", "Rules in force.", registry=registry)
         self.last_reload_success = Gauge(
             "mend_rules_last_reload_success_timestamp_seconds",
-            "When rules were last loaded successfully.", registry=registry,
+            "When rules were last loaded successfully.",
+            registry=registry,
         )
         self.last_reload_ok = Gauge(
             "mend_rules_last_reload_successful",
             "Whether the last attempt to load rules succeeded (1) or failed (0).",
             registry=registry,
         )
-        Gauge(
-            "mend_build_info", "mend's version.", ["version"], registry=registry
-        ).labels(__version__).set(1)
+        Gauge("mend_build_info", "mend's version.", ["version"], registry=registry).labels(
+            __version__
+        ).set(1)
 
     def envelope(self, route: str, envelope: Envelope, *, fallback: bool) -> None:
         status = str(envelope.upstream_status) if envelope.upstream_status is not None else "none"

@@ -212,8 +212,15 @@ class EnvelopeSpec(_Model):
         return value
 
     @field_validator(
-        "message", "hint", "steps", "field", "allowed_values", "suggested_value",
-        "next_operation", "next_operation_args", "retry_after_ms",
+        "message",
+        "hint",
+        "steps",
+        "field",
+        "allowed_values",
+        "suggested_value",
+        "next_operation",
+        "next_operation_args",
+        "retry_after_ms",
     )
     @classmethod
     def _templates(cls, value: Any) -> Any:
@@ -270,7 +277,9 @@ class LoadedRule:
 Lines = dict[tuple[Any, ...], int]
 
 
-def _construct(loader: yaml.SafeLoader, node: yaml.Node, path: tuple[Any, ...], lines: Lines) -> Any:
+def _construct(
+    loader: yaml.SafeLoader, node: yaml.Node, path: tuple[Any, ...], lines: Lines
+) -> Any:
     lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}

@@ -130,5 +130,7 @@ class RuleSet:
             if matched:
                 verdicts.append(Verdict(rule, True, "every condition held", found))
                 break
-            verdicts.append(Verdict(rule, False, f"failed: {failed.description if failed else '?'}"))
+            verdicts.append(
+                Verdict(rule, False, f"failed: {failed.description if failed else '?'}")
+            )
         return verdicts

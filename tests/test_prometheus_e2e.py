@@ -423,3 +423,80 @@ def test_grafana_variable_expansion() -> None:
     """Every variable the dashboard uses is expanded, so a query never reaches Prometheus raw."""
     for _, expr in dashboard_targets():
         assert not re.search(r"\$\w", grafana_expand(expr))
+
+
+# --- the compose stack's own commands, run without Docker ----------------------------------------
+
+COMPOSE = REPO / "docker-compose.yml"
+DOCKERFILE_ENTRYPOINT = ["mend"]
+
+
+def compose_argv(argv: list[str], ports: dict[str, int]) -> list[str]:
+    """A compose command or healthcheck, rewritten to run here: this Python, this checkout,
+    loopback addresses and free ports instead of service names and fixed ports."""
+    api, mend, admin = ports["legacy-api"], ports["mend"], ports["admin"]
+    swaps = [
+        ("http://legacy-api:9000", f"http://127.0.0.1:{api}"),
+        ("http://mend:8080", f"http://127.0.0.1:{mend}"),
+        ("('mend', 8080)", f"('127.0.0.1', {mend})"),
+        ("0.0.0.0:8080", f"127.0.0.1:{mend}"),
+        ("0.0.0.0:9464", f"127.0.0.1:{admin}"),
+        ("127.0.0.1:9464", f"127.0.0.1:{admin}"),
+        ("127.0.0.1:9000", f"127.0.0.1:{api}"),
+        ("/app/", f"{REPO}/"),
+    ]
+    out = []
+    for arg in argv:
+        swapped = arg
+        for old, new in swaps:
+            swapped = swapped.replace(old, new)
+        out.append({"0.0.0.0": "127.0.0.1", "9000": str(api)}.get(swapped, swapped))
+    if out[:1] == ["mend"]:
+        return [sys.executable, "-m", "proxy", *out[1:]]
+    if out[:1] == ["python"]:
+        return [sys.executable, *out[1:]]
+    return out
+
+
+def test_compose_services_run_and_pass_their_healthchecks(tmp_path: Path) -> None:
+    """legacy-api, mend and agent, started from docker-compose.yml's own commands, come up,
+    pass their own healthchecks, and the agent's traffic reaches mend's metrics."""
+    services = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))["services"]
+    ports = {"legacy-api": free_port(), "mend": free_port(), "admin": free_port()}
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def healthy(name: str) -> bool:
+        test = services[name]["healthcheck"]["test"]
+        assert test[0] == "CMD"
+        check = subprocess.run(compose_argv(test[1:], ports), cwd=REPO, capture_output=True,
+                               timeout=10, check=False, stdin=subprocess.DEVNULL)
+        return check.returncode == 0
+
+    try:
+        for name in ("legacy-api", "mend", "agent"):
+            service = services[name]
+            argv = compose_argv(
+                [*service.get("entrypoint", DOCKERFILE_ENTRYPOINT), *service["command"]], ports
+            )
+            log = tmp_path / f"{name}.log"
+            with log.open("wb") as out:
+                procs.append(subprocess.Popen(argv, cwd=REPO, stdin=subprocess.DEVNULL,
+                                              stdout=out, stderr=subprocess.STDOUT))
+            wait_for(f"{name} healthcheck", lambda n=name: healthy(n), 30, procs[-1], log)
+
+        def agent_traffic_counted() -> bool:
+            _, metrics = http_get(f"http://127.0.0.1:{ports['admin']}/metrics")
+            counts = re.findall(rb"^mend_requests_total\{[^}]*\} ([0-9.e+]+)$", metrics, re.M)
+            return sum(float(c) for c in counts) > 0
+
+        wait_for("agent traffic in mend_requests_total", agent_traffic_counted, 30,
+                 procs[-1], tmp_path / "agent.log")
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

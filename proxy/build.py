@@ -269,10 +269,12 @@ def build(
     field_pointer = text(compiled.field) or (invalid[0].field if invalid else None)
     allowed = render(compiled.allowed_values)
     suggested = render(compiled.suggested_value)
-    if allowed is None and len(invalid) == 1:
-        allowed = invalid[0].allowed_values
+    # the primary field (the one `field` names) lends its constraints to the top level
+    primary = next((f for f in invalid if f.field == field_pointer), None)
+    if allowed is None and primary is not None:
+        allowed = primary.allowed_values
     if suggested is None and isinstance(allowed, dict):
-        suggested = constraints.suggest(allowed, invalid[0].received if len(invalid) == 1 else None)
+        suggested = constraints.suggest(allowed, primary.received if primary else None)
 
     next_operation = text(compiled.next_operation)
     operation = _operation(exchange)

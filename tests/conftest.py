@@ -1,0 +1,81 @@
+"""Shared fixtures: real aiohttp upstreams and a real mend, both on loopback."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import CollectorRegistry
+
+from proxy.app import create_app
+from proxy.logs import make_logger
+from proxy.settings import Route, Settings
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Mend:
+    """A running mend: an HTTP client to it, its metrics registry and its log lines."""
+
+    client: TestClient[web.Request, web.Application]
+    registry: CollectorRegistry
+    log: io.StringIO
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.log.getvalue().splitlines() if line.strip()]
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+
+StartUpstream = Callable[[dict[str, Handler]], Awaitable[TestServer]]
+StartMend = Callable[..., Awaitable[Mend]]
+
+
+@pytest.fixture
+async def start_upstream(
+    aiohttp_server: Callable[..., Awaitable[TestServer]],
+) -> StartUpstream:
+    """Start a real upstream serving ``{"METHOD /path": handler}`` (``/path`` means any method)."""
+
+    async def start(routes: dict[str, Handler]) -> TestServer:
+        app = web.Application()
+        for key, handler in routes.items():
+            method, _, path = key.rpartition(" ")
+            app.router.add_route(method or "*", path, handler)
+        return await aiohttp_server(app)
+
+    return start
+
+
+@pytest.fixture
+async def start_mend(aiohttp_client: Callable[..., Awaitable[TestClient[Any, Any]]]) -> StartMend:
+    """Start mend in front of ``upstream`` (a URL or TestServer); keyword args go to Settings."""
+
+    async def start(
+        upstream: str | TestServer,
+        *,
+        route: dict[str, Any] | None = None,
+        routes: tuple[Route, ...] | None = None,
+        **settings: Any,
+    ) -> Mend:
+        url = upstream if isinstance(upstream, str) else str(upstream.make_url("/")).rstrip("/")
+        if routes is None:
+            routes = (Route(name="default", upstream=url, **(route or {})),)
+        registry = CollectorRegistry()
+        log = io.StringIO()
+        app = create_app(Settings(routes=routes, **settings), registry, logger=make_logger(log))
+        client = await aiohttp_client(app)
+        return Mend(client, registry, log)
+
+    return start

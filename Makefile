@@ -1,0 +1,36 @@
+# The two commands the README gives. Both build the virtualenv themselves from a bare clone.
+#   make demo   the bundled legacy API behind mend, raw vs envelope, agent completion rates
+#   make test   everything CI runs: system packages, the test suite, ruff and mypy --strict
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint venv bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m demo.run
+
+test: $(STAMP)
+	bash scripts/install-system-deps
+	$(PY) -m pytest
+	$(MAKE) --no-print-directory lint
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+bench: $(STAMP)
+	bash bench/run
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,122 @@
+"""From a matched rule to the envelope: defaults, retry timing, redaction of what is substituted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.build import BuildOptions, upstream_message
+from proxy.evaluate import evaluate, recorded_exchange
+from proxy.redact import Redactor
+from proxy.rulefile import load_rule_text
+from proxy.ruleset import Rule, RuleSet
+
+RULES = """\
+rules:
+  - id: t.throttle
+    when: {status: 429, body: "available in (?P<wait>\\\\d+) seconds"}
+    envelope: {code: RATE_LIMITED, category: rate_limit, retry_after_ms: "{{ wait | ms }}"}
+  - id: t.echo
+    when: {status: 400}
+    vars: {msg: message}
+    envelope: {code: ECHO, category: validation, message: "Upstream said: {{ msg }}"}
+  - id: t.next
+    when: {status: 409}
+    vars: {order: "order_id"}
+    envelope:
+      code: NOT_CONFIRMED
+      category: precondition
+      action: call_other_operation
+      next_operation: "POST /orders/{{ order }}/confirm"
+      next_operation_args: {order_id: "{{ order }}"}
+  - id: t.unavailable
+    when: {status: [502, 503]}
+    envelope: {code: DOWN, category: unavailable}
+"""
+OPTIONS = BuildOptions(retry_after_default_ms=1500, retry_after_max_ms=60_000, docs_base_url="http://m")
+
+
+def envelope(status: int, body: str, **kw: Any) -> Any:
+    rules = RuleSet.build([Rule.compile(r) for r in load_rule_text(RULES, "t.yaml", "t")])
+    headers = kw.pop("headers", {})
+    if body.startswith("{"):
+        headers["Content-Type"] = "application/json"
+    ex = recorded_exchange(status=status, body=body.encode(), headers=headers, **kw)
+    evaluation = evaluate(rules, ex, Redactor(), OPTIONS)
+    assert evaluation is not None
+    return evaluation.envelope
+
+
+def test_retry_after_from_a_body_capture() -> None:
+    """A rule can read the wait from the body (DRF: 'Expected available in 7 seconds')."""
+    env = envelope(429, "Request was throttled. Expected available in 7 seconds.")
+    assert (env.retryable, env.retry_after_ms, env.action.value) == (True, 7000, "retry")
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [({}, 1500), ({"Retry-After": "9999"}, 60_000), ({"Retry-After": "2"}, 2000)],
+)
+def test_retry_after_default_and_cap(headers: dict[str, str], expected: int) -> None:
+    """No hint gives the configured default; a huge one is capped."""
+    assert envelope(503, "down", headers=headers).retry_after_ms == expected
+
+
+def test_defaults_follow_category_and_action() -> None:
+    """A rule giving only code and category still gets action, severity, hint and steps."""
+    env = envelope(503, "down")
+    assert env.action.value == "retry"
+    assert env.severity.value == "error"
+    assert env.hint
+    assert env.steps
+    assert env.docs_url == "http://m/_mend/errors/DOWN"
+
+
+def test_next_operation_is_filled_from_variables() -> None:
+    """call_other_operation names the operation and its arguments."""
+    env = envelope(409, '{"order_id": 17}')
+    assert env.next_operation == "POST /orders/17/confirm"
+    assert env.next_operation_args == {"order_id": 17}
+    assert env.retryable is False
+
+
+def test_secrets_in_substituted_values_are_scrubbed() -> None:
+    """What a template pulls from the body goes through the redactor."""
+    env = envelope(400, '{"message": "bad key sk_live_abcdefghijklmnop1234 in request"}')
+    assert "sk_live_abcdefghijklmnop1234" not in env.message
+    assert env.message.startswith("Upstream said:")
+
+
+@pytest.mark.parametrize(
+    ("method", "headers", "warned"),
+    [("POST", {}, True), ("PATCH", {}, True), ("GET", {}, False),
+     ("POST", {"Idempotency-Key": "k"}, False)],
+)
+def test_non_idempotent_retry_after_502_warns(
+    method: str, headers: dict[str, str], warned: bool
+) -> None:
+    """A 502 after a write may mean the write happened: the hint says to check first."""
+    env = envelope(502, "bad gateway", method=method, request_headers=headers)
+    assert ("may already have taken effect" in env.hint) is warned
+    assert env.retryable
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "expected"),
+    [
+        ('{"message": "Order 7 not found"}', "application/json", "Order 7 not found"),
+        ('{"error": {"message": "Card declined"}}', "application/json", "Card declined"),
+        ('{"errors": [{"message": "Bad field"}]}', "application/json", "Bad field"),
+        ("<html><title>503 Service Temporarily Unavailable</title></html>", "text/html",
+         "503 Service Temporarily Unavailable"),
+        ("404 page not found\n", "text/plain", "404 page not found"),
+        ("", "text/plain", None),
+    ],
+)
+def test_upstream_message_is_found_generically(
+    body: str, content_type: str, expected: str | None
+) -> None:
+    """The upstream's own sentence is found in JSON, HTML and text bodies."""
+    ex = recorded_exchange(status=404, body=body.encode(), headers={"Content-Type": content_type})
+    assert upstream_message(ex) == expected

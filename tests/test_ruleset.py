@@ -1,0 +1,116 @@
+"""Ordered rules: first match wins, indexed by status, 2xx only where asked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.evaluate import recorded_exchange
+from proxy.rulefile import load_rule_text
+from proxy.ruleset import Rule, RuleSet
+
+RULES = """\
+rules:
+  - id: t.specific
+    when:
+      status: 500
+      body: "deadlock detected on (?P<table>\\\\w+)"
+    envelope: {code: DEADLOCK, category: dependency, action: retry}
+  - id: t.json
+    when:
+      status: [400, 422]
+      json: [{query: "error.type", equals: card_error}]
+    vars: {param: "error.param"}
+    envelope: {code: CARD_DECLINED, category: validation}
+  - id: t.any
+    when:
+      status: 4xx
+      any:
+        - {headers: {x-kind: "^alpha$"}}
+        - {path: "/beta/**"}
+    envelope: {code: ALPHA_OR_BETA, category: validation}
+  - id: t.not
+    when:
+      status: 404
+      not: {method: GET}
+    envelope: {code: NOT_GET_404, category: not_found}
+  - id: t.success
+    when:
+      status: 200
+      json: [{query: "ok", equals: false}]
+    envelope: {code: OPERATION_FAILED, category: validation}
+  - id: t.generic
+    when: {status: 5xx}
+    envelope: {code: GENERIC, category: internal}
+"""
+
+
+def ruleset(success: tuple[str, ...] = ()) -> RuleSet:
+    return RuleSet.build([Rule.compile(r) for r in load_rule_text(RULES, "t.yaml", "t")], success)
+
+
+def exchange(status: int, body: str = "", **kw: Any) -> Any:
+    headers = kw.pop("headers", {})
+    if body.startswith("{"):
+        headers.setdefault("Content-Type", "application/json")
+    return recorded_exchange(status=status, body=body.encode(), headers=headers, **kw)
+
+
+@pytest.mark.parametrize(
+    ("ex", "rule"),
+    [
+        (exchange(500, "ERROR: deadlock detected on orders"), "t.specific"),
+        (exchange(500, "something else"), "t.generic"),
+        (exchange(402, '{"error": {"type": "card_error"}}'), None),
+        (exchange(422, '{"error": {"type": "card_error", "param": "amount"}}'), "t.json"),
+        (exchange(418, "", headers={"X-Kind": "alpha"}), "t.any"),
+        (exchange(418, "", path="/beta/x/y"), "t.any"),
+        (exchange(418, "", path="/gamma"), None),
+        (exchange(404, "", method="DELETE"), "t.not"),
+        (exchange(404, "", method="GET"), None),
+        (exchange(200, '{"ok": false}'), None),  # 2xx not asked for on this route
+    ],
+)
+def test_first_match_wins(ex: Any, rule: str | None) -> None:
+    """Each exchange is claimed by the first rule whose every condition holds."""
+    match = ruleset().match(ex)
+    assert (match.rule.id if match else None) == rule
+
+
+def test_regex_groups_and_vars_become_found_variables() -> None:
+    """Named regex groups and JMESPath vars are handed to the envelope."""
+    match = ruleset().match(exchange(500, "deadlock detected on invoices"))
+    assert match is not None
+    assert match.found == {"table": "invoices"}
+    match = ruleset().match(exchange(422, '{"error": {"type": "card_error", "param": "amount"}}'))
+    assert match is not None
+    assert match.found["param"] == "amount"
+
+
+def test_success_rules_run_only_where_named() -> None:
+    """A 2xx rule takes part only when the route's success_rules glob names it."""
+    ex = exchange(200, '{"ok": false}')
+    assert not ruleset().inspects(200)
+    named = ruleset(("t.succ*",))
+    assert named.inspects(200)
+    match = named.match(ex)
+    assert match is not None
+    assert match.rule.id == "t.success"
+    assert named.match(exchange(200, '{"ok": true}')) is None
+
+
+def test_index_skips_rules_for_other_statuses() -> None:
+    """Only rules that can match a status are walked for it."""
+    index = ruleset().index
+    assert [r.id for r in index[500]] == ["t.specific", "t.generic"]
+    assert [r.id for r in index[404]] == ["t.any", "t.not"]
+
+
+def test_explain_names_the_failing_condition() -> None:
+    """explain shows, for each earlier rule, the first condition that failed."""
+    verdicts = ruleset().explain(exchange(500, "plain failure"))
+    by_id = {v.rule.id: v for v in verdicts}
+    assert "body ~" in by_id["t.specific"].reason
+    assert by_id["t.generic"].matched
+    assert "status 500" in by_id["t.json"].reason

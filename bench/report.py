@@ -261,7 +261,7 @@ def targets(results: dict[str, Any]) -> list[list[str]]:
     rows.append(
         [
             "success path req/s, mend ≥ 0.95x bare at 32/128 conns",
-            f"{fmt_ratio(r)} {where}",
+            f"{fmt_ratio(r)} {where}".rstrip(),
             verdict(None if r is None else r >= 0.95),
         ]
     )
@@ -269,7 +269,7 @@ def targets(results: dict[str, Any]) -> list[list[str]]:
     rows.append(
         [
             "success path p50 at 1 conn, mend ≤ 1.1x bare",
-            f"{fmt_ratio(r)} {where}",
+            f"{fmt_ratio(r)} {where}".rstrip(),
             verdict(None if r is None else r <= 1.1),
         ]
     )
@@ -277,7 +277,7 @@ def targets(results: dict[str, Any]) -> list[list[str]]:
     rows.append(
         [
             "error path req/s, mend (rewriting) ≥ 0.8x bare (passing through)",
-            f"{fmt_ratio(r)} {where}",
+            f"{fmt_ratio(r)} {where}".rstrip(),
             verdict(None if r is None else r >= 0.8),
         ]
     )

@@ -1,0 +1,170 @@
+"""The benchmark harness: its wrk parser, and one short end-to-end run (needs nginx and wrk)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import report
+from bench.upstream import nginx_path
+from bench.wrk import parse_wrk
+
+REPO = Path(__file__).resolve().parent.parent
+
+WRK_US = """Running 1s test @ http://127.0.0.1:18777/
+  1 threads and 1 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   253.11us   40.78us   1.10ms   92.10%
+    Req/Sec     3.90k   120.33     4.02k    80.00%
+  Latency Distribution
+     50%  245.00us
+     75%  260.00us
+     90%  290.00us
+     99%  410.00us
+  3921 requests in 1.00s, 668.97KB read
+Requests/sec:   3920.14
+Transfer/sec:    668.79KB
+"""
+
+WRK_MS_NON2XX = """Running 1s test @ http://127.0.0.1:18777/nonexist
+  1 threads and 32 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     7.35ms    1.63ms  21.81ms   93.60%
+    Req/Sec     4.40k   369.29     4.85k    70.00%
+  Latency Distribution
+     50%    6.90ms
+     75%    7.36ms
+     90%    8.39ms
+     99%   16.11ms
+  8740 requests in 2.00s, 1.49MB read
+  Non-2xx or 3xx responses: 8740
+Requests/sec:   4367.77
+Transfer/sec:    763.57KB
+"""
+
+WRK_S_ERRORS = """Running 5s test @ http://127.0.0.1:9000/big
+  1 threads and 128 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     1.21s   300.12ms   1.98s    70.00%
+    Req/Sec    95.12     20.01   130.00     65.00%
+  Latency Distribution
+     50%    1.20s
+     75%    1.41s
+     90%    1.70s
+     99%    1.95s
+  480 requests in 5.01s, 0.94GB read
+  Socket errors: connect 0, read 2, write 0, timeout 12
+Requests/sec:     95.81
+Transfer/sec:    191.62MB
+"""
+
+# wrk prints "Requests/sec" without a suffix; a k suffix must still parse (as on Req/Sec).
+WRK_K_SUFFIX = """  1 threads and 128 connections
+  Latency Distribution
+     50%  980.00us
+     75%    1.10ms
+     90%    1.30ms
+     99%    2.50ms
+  520000 requests in 10.00s, 80.00MB read
+Requests/sec:     52.00k
+Transfer/sec:      8.00MB
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "rps", "p50_us", "p99_us", "requests", "non2xx", "socket_errors"),
+    [
+        pytest.param(WRK_US, 3920.14, 245.0, 410.0, 3921, 0, 0, id="microseconds"),
+        pytest.param(WRK_MS_NON2XX, 4367.77, 6900.0, 16110.0, 8740, 8740, 0, id="ms-non2xx"),
+        pytest.param(WRK_S_ERRORS, 95.81, 1.2e6, 1.95e6, 480, 0, 14, id="seconds-errors"),
+        pytest.param(WRK_K_SUFFIX, 52000.0, 980.0, 2500.0, 520000, 0, 0, id="k-suffix"),
+    ],
+)
+def test_parse_wrk(
+    text: str,
+    rps: float,
+    p50_us: float,
+    p99_us: float,
+    requests: int,
+    non2xx: int,
+    socket_errors: int,
+) -> None:
+    result = parse_wrk(text)
+    assert result.requests_per_sec == pytest.approx(rps)
+    assert result.p50_us == pytest.approx(p50_us)
+    assert result.p99_us == pytest.approx(p99_us)
+    assert result.requests == requests
+    assert result.non_2xx_3xx == non2xx
+    assert result.error_count == socket_errors
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("", id="empty"),
+        pytest.param(WRK_US.replace("Requests/sec", "Reqs"), id="no-rps"),
+        pytest.param(WRK_US.replace("     99%  410.00us\n", ""), id="no-p99"),
+        pytest.param("unable to connect to 127.0.0.1:1 Connection refused\n", id="refused"),
+    ],
+)
+def test_parse_wrk_rejects_incomplete_output(text: str) -> None:
+    with pytest.raises(ValueError, match="wrk output"):
+        parse_wrk(text)
+
+
+def test_update_readme_replaces_only_the_marked_section(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{report.START}\nold\n{report.END}\noutro\n")
+    report.update_readme(readme, "new table\n")
+    assert readme.read_text() == f"intro\n{report.START}\n\nnew table\n\n{report.END}\noutro\n"
+
+
+def _missing_tools() -> list[str]:
+    missing = [tool for tool in ("wrk", "taskset") if shutil.which(tool) is None]
+    if nginx_path() is None:
+        missing.append("nginx")
+    return missing
+
+
+@pytest.mark.skipif(
+    bool(_missing_tools()),
+    reason=f"needs {', '.join(_missing_tools())} (scripts/install-system-deps installs them)",
+)
+def test_quick_run_measures_every_configuration_and_path(tmp_path: Path) -> None:
+    configs = ["bare", "nginx"]
+    if (REPO / "proxy" / "cli.py").exists():
+        configs.append("mend")
+    out = tmp_path / "results.json"
+    done = subprocess.run(
+        [
+            str(REPO / "bench" / "run"),
+            "--quick",
+            "--only",
+            ",".join(configs),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        cwd=REPO,
+        env={**os.environ, "BENCH_PYTHON": sys.executable},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    summary = results["summary"]
+    assert sorted(summary) == sorted(configs)
+    for config in configs:
+        for path in ("/ok", "/big", "/err500", "/err422", "/err429"):
+            cell = summary[config][path]["32"]
+            assert cell["requests_per_sec"] > 0, (config, path)
+            assert cell["p50_us"] > 0, (config, path)
+            assert cell["p99_us"] > 0, (config, path)
+    assert "### Throughput and latency" in done.stdout

@@ -512,6 +512,31 @@ async def test_agent_refuses_excessive_wait(aiohttp_server: StartServer) -> None
     assert (report.results[0].outcome, len(hits)) == ("failed", 1)
 
 
+# -- with the real mend ---------------------------------------------------------------------------
+
+DEMO_DIR = REPO / "demo"
+
+
+async def test_demo_rule_turns_409_into_a_plan(legacy: TestServer, start_mend: Any) -> None:
+    """Through real mend, demo/rules.yaml turns order_not_confirmed into call_other_operation."""
+    mend = await start_mend(legacy, route={"rules": (DEMO_DIR / "rules.yaml",)})
+    resp = await mend.client.post("/api/orders/42/ship", headers={"Accept": "application/json"})
+    error = (await resp.json())["error"]
+    assert (resp.status, resp.headers["X-Error-Code"]) == (409, "ORDER_NOT_CONFIRMED")
+    assert (error["action"], error["rule"]) == ("call_other_operation", "demo.order_not_confirmed")
+    assert error["next_operation"] == "POST /api/orders/42/confirm"
+    assert error["next_operation_args"] == {"order_id": "42"}
+
+
+def test_compose_config_is_valid() -> None:
+    """demo/mend.yaml (docker-compose's mend config) passes ``mend check``."""
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "check", "--config", str(DEMO_DIR / "mend.yaml")],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 # -- end to end ---------------------------------------------------------------------------------
 
 needs_proxy = pytest.mark.skipif(

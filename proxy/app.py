@@ -51,7 +51,7 @@ KEPT_ON_ENVELOPES = re.compile(
     re.I,
 )
 _HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
-APP_KEY = web.AppKey("mend", "Proxy")
+APP_KEY: web.AppKey[Proxy] = web.AppKey("mend")
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +114,7 @@ class Proxy:
     # --- the request path -----------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        response: web.StreamResponse
         started = time.perf_counter()
         rid = request_id(request.headers)
         runtime = self._route_for(request.path)

@@ -106,7 +106,10 @@ class CompiledInvalidFields:
 
 
 def _leaves(node: Any, path: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str]]:
-    """Flatten ``{"items": [{"qty": ["too small"]}]}`` to ``[(("items", 0, "qty"), "too small")]``."""
+    """Flatten ``{"items": [{"qty": ["too small"]}]}`` to ``[(("items", 0, "qty"), "too small")]``.
+
+    DRF, Rails and Laravel nest field errors in objects rather than listing them.
+    """
     if isinstance(node, dict):
         return [leaf for k, v in node.items() for leaf in _leaves(v, (*path, k))]
     if isinstance(node, list) and node and all(isinstance(v, str) for v in node):
@@ -338,12 +341,12 @@ def _invalid_fields(
     if compiled is None or not exchange.is_json:
         return []
     out: list[InvalidField] = []
-    for location, reason, received, allowed in compiled.items(exchange.json)[:100]:
+    for location, reason, received, context in compiled.items(exchange.json)[:100]:
         pointer = to_pointer(location, compiled.strip)
         if pointer is None:
             continue
         reason_text = _single_line(scrub(str(reason)), 300) if reason is not None else "is invalid"
-        allowed = constraints.from_context(allowed) or constraints.from_reason(reason_text)
+        allowed = constraints.from_context(context) or constraints.from_reason(reason_text)
         if allowed:
             allowed = constraints.normalise(allowed, received)
         out.append(

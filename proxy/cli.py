@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from aiohttp import web
+
+try:  # optional: a faster event loop where it is installed (the `speed` extra)
+    import uvloop
+except ImportError:  # pragma: no cover - exercised only where uvloop is absent
+    uvloop = None  # type: ignore[assignment]
 from prometheus_client import CollectorRegistry
 
 from proxy import __version__
@@ -19,7 +23,7 @@ from proxy.app import APP_KEY, create_app
 from proxy.engine import Engine
 from proxy.logs import make_logger
 from proxy.rulefile import RuleError, load_rules, rule_files
-from proxy.settings import PACKAGED_RULES, Route, Settings, load_settings, parse_hostport
+from proxy.settings import PACKAGED_RULES, Settings, load_settings, parse_hostport
 
 
 def _settings_from_args(args: argparse.Namespace) -> Settings:
@@ -42,10 +46,13 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
     if not args.upstream:
         raise SystemExit("mend run: give --upstream URL or --config FILE")
     try:
-        route = Route(name="default", prefix="/", upstream=args.upstream)
-        return Settings(
-            routes=(route,), rules=tuple(Path(p) for p in args.rules or ()), **overrides
-        )  # type: ignore[arg-type]
+        return Settings.model_validate(
+            {
+                "routes": [{"name": "default", "prefix": "/", "upstream": args.upstream}],
+                "rules": args.rules or [],
+                **overrides,
+            }
+        )
     except ValueError as exc:
         raise SystemExit(f"mend run: {exc}") from None
 
@@ -97,9 +104,7 @@ def _run(args: argparse.Namespace) -> int:
         print("\n".join(exc.problems), file=sys.stderr)
         print("mend: not starting: fix the rule or config errors above", file=sys.stderr)
         return 2
-    with contextlib.suppress(ImportError):
-        import uvloop
-
+    if uvloop is not None:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     asyncio.run(_serve(settings))
     return 0

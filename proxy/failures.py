@@ -55,7 +55,7 @@ class RouteNotFound(ProxyFailure):
 
 @contextmanager
 def upstream_errors() -> Iterator[None]:
-    """Translate what aiohttp raises while talking to the upstream. Order matters: subclasses first."""
+    """Translate what aiohttp raises while talking to the upstream (subclasses first)."""
     try:
         yield
     except ProxyFailure:

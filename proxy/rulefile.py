@@ -383,8 +383,9 @@ def load_rules(paths: Iterable[Path], disabled_packs: Iterable[str] = ()) -> lis
             if rule.pack in disabled:
                 continue
             if rule.spec.id in seen:
+                first = seen[rule.spec.id]
                 problems.append(
-                    f"{rule.source}: duplicate rule id {rule.spec.id!r} (first at {seen[rule.spec.id]})"
+                    f"{rule.source}: duplicate rule id {rule.spec.id!r} (first at {first})"
                 )
                 continue
             seen[rule.spec.id] = rule.source

@@ -14,6 +14,7 @@ import brotli
 import pytest
 from aiohttp import web
 
+from proxy.settings import Route
 from tests.conftest import StartMend, StartUpstream
 
 JAVA_TRACE = (
@@ -31,8 +32,13 @@ SPRING_500 = {
 }
 FASTAPI_422 = {
     "detail": [
-        {"type": "greater_than", "loc": ["body", "qty"], "msg": "Input should be greater than 0",
-         "input": -1, "ctx": {"gt": 0}},
+        {
+            "type": "greater_than",
+            "loc": ["body", "qty"],
+            "msg": "Input should be greater than 0",
+            "input": -1,
+            "ctx": {"gt": 0},
+        },
         {"type": "missing", "loc": ["body", "items", 0, "sku"], "msg": "Field required"},
     ]
 }
@@ -72,8 +78,9 @@ async def test_spring_500_becomes_envelope_without_trace(
     """A Spring 500 with a Java trace: envelope, echoed request id, no frame anywhere."""
 
     async def boom(_: web.Request) -> web.Response:
-        return await json_handler(500, SPRING_500, Server="Apache-Tomcat/9.0.83", **{
-            "X-Powered-By": "Servlet/4.0"})
+        return await json_handler(
+            500, SPRING_500, Server="Apache-Tomcat/9.0.83", **{"X-Powered-By": "Servlet/4.0"}
+        )
 
     mend = await start_mend(await start_upstream({"/api/orders": boom}))
     resp = await mend.client.post("/api/orders", json={}, headers={"X-Request-ID": "agent-42"})
@@ -104,7 +111,11 @@ async def test_rate_limit_reads_retry_after(
     resp = await mend.client.get("/search")
     error = (await resp.json())["error"]
     assert resp.status == 429
-    assert (error["code"], error["retryable"], error["retry_after_ms"]) == ("RATE_LIMITED", True, 7000)
+    assert (error["code"], error["retryable"], error["retry_after_ms"]) == (
+        "RATE_LIMITED",
+        True,
+        7000,
+    )
     assert error["action"] == "retry"
     assert resp.headers["Retry-After"] == "7"
 
@@ -231,8 +242,10 @@ async def test_oversized_error_body_still_gets_envelope(
     ("headers", "expected"),
     [
         ({"X-Request-ID": "abc-123"}, "abc-123"),
-        ({"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
-         "4bf92f3577b34da6a3ce929d0e0e4736"),
+        (
+            {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+            "4bf92f3577b34da6a3ce929d0e0e4736",
+        ),
     ],
 )
 async def test_request_id_is_forwarded_upstream(
@@ -249,7 +262,9 @@ async def test_request_id_is_forwarded_upstream(
     resp = await mend.client.get("/r", headers=headers)
     assert seen == [expected]
     assert (await resp.json())["error"]["request_id"] == expected
-    assert [line["request_id"] for line in mend.log_lines() if line["event"] == "request"] == [expected]
+    assert [line["request_id"] for line in mend.log_lines() if line["event"] == "request"] == [
+        expected
+    ]
 
 
 async def test_hop_by_hop_headers_are_dropped_and_forwarded_set(
@@ -264,7 +279,8 @@ async def test_hop_by_hop_headers_are_dropped_and_forwarded_set(
 
     mend = await start_mend(await start_upstream({"/h": record}))
     resp = await mend.client.get(
-        "/h", headers={"Connection": "keep-alive, X-Secret-Hop", "X-Secret-Hop": "1", "TE": "trailers"}
+        "/h",
+        headers={"Connection": "keep-alive, X-Secret-Hop", "X-Secret-Hop": "1", "TE": "trailers"},
     )
     assert "X-Secret-Hop" not in seen
     assert "TE" not in seen
@@ -307,7 +323,9 @@ async def test_absolute_form_target_is_refused(
     mend = await start_mend(await start_upstream({"/{tail:.*}": record}))
     host, port = mend.client.host, mend.client.port
     reader, writer = await asyncio.open_connection(host, port)
-    writer.write(b"GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n")
+    writer.write(
+        b"GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n"
+    )
     await writer.drain()
     raw = await reader.read()
     writer.close()
@@ -362,8 +380,6 @@ async def test_graphql_errors_in_200_only_where_route_asks(
     start_upstream: StartUpstream, start_mend: StartMend
 ) -> None:
     """A 2xx is inspected only on a route whose success_rules name the rule."""
-    from proxy.settings import Route
-
     async def graphql(_: web.Request) -> web.Response:
         return web.json_response({"data": None, "errors": [{"message": "Cannot query field"}]})
 
@@ -371,8 +387,13 @@ async def test_graphql_errors_in_200_only_where_route_asks(
     upstream = await start_upstream({"/graphql": graphql, "/other": graphql})
     url = str(upstream.make_url("/")).rstrip("/")
     routes = (
-        Route(name="gql", prefix="/graphql", upstream=url, success_rules=("test.graphql",),
-              rules=(rules,)),  # type: ignore[arg-type]
+        Route(
+            name="gql",
+            prefix="/graphql",
+            upstream=url,
+            success_rules=("test.graphql",),
+            rules=(rules,),
+        ),  # type: ignore[arg-type]
         Route(name="plain", prefix="/", upstream=url, rules=(rules,)),  # type: ignore[arg-type]
     )
     mend = await start_mend(url, routes=routes)
@@ -409,8 +430,13 @@ async def test_metrics_count_each_code(
     mend = await start_mend(await start_upstream({"/m": missing}))
     for _ in range(3):
         await mend.client.get("/m")
-    labels = {"code": "RESOURCE_NOT_FOUND", "category": "not_found", "route": "default",
-              "upstream_status": "404", "rule": "fallback.404"}
+    labels = {
+        "code": "RESOURCE_NOT_FOUND",
+        "category": "not_found",
+        "route": "default",
+        "upstream_status": "404",
+        "rule": "fallback.404",
+    }
     assert mend.metric("mend_errors_total", **labels) == 3
     assert mend.metric("mend_unmatched_errors_total", route="default", upstream_status="404") == 3
 

@@ -61,7 +61,9 @@ def test_broken_compressed_stream_gives_empty_text() -> None:
         (b"x", "no-such-charset", "x"),
     ],
 )
-def test_decodes_by_charset_tolerating_bad_bytes(data: bytes, charset: str | None, text: str) -> None:
+def test_decodes_by_charset_tolerating_bad_bytes(
+    data: bytes, charset: str | None, text: str
+) -> None:
     """The declared charset is used; invalid bytes become U+FFFD instead of failing."""
     assert parse(data, encoding="", charset=charset, limit=LIMIT, cut=False).text == text
 

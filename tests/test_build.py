@@ -34,7 +34,9 @@ rules:
     when: {status: [502, 503]}
     envelope: {code: DOWN, category: unavailable}
 """
-OPTIONS = BuildOptions(retry_after_default_ms=1500, retry_after_max_ms=60_000, docs_base_url="http://m")
+OPTIONS = BuildOptions(
+    retry_after_default_ms=1500, retry_after_max_ms=60_000, docs_base_url="http://m"
+)
 
 
 def envelope(status: int, body: str, **kw: Any) -> Any:
@@ -90,8 +92,12 @@ def test_secrets_in_substituted_values_are_scrubbed() -> None:
 
 @pytest.mark.parametrize(
     ("method", "headers", "warned"),
-    [("POST", {}, True), ("PATCH", {}, True), ("GET", {}, False),
-     ("POST", {"Idempotency-Key": "k"}, False)],
+    [
+        ("POST", {}, True),
+        ("PATCH", {}, True),
+        ("GET", {}, False),
+        ("POST", {"Idempotency-Key": "k"}, False),
+    ],
 )
 def test_non_idempotent_retry_after_502_warns(
     method: str, headers: dict[str, str], warned: bool
@@ -108,8 +114,11 @@ def test_non_idempotent_retry_after_502_warns(
         ('{"message": "Order 7 not found"}', "application/json", "Order 7 not found"),
         ('{"error": {"message": "Card declined"}}', "application/json", "Card declined"),
         ('{"errors": [{"message": "Bad field"}]}', "application/json", "Bad field"),
-        ("<html><title>503 Service Temporarily Unavailable</title></html>", "text/html",
-         "503 Service Temporarily Unavailable"),
+        (
+            "<html><title>503 Service Temporarily Unavailable</title></html>",
+            "text/html",
+            "503 Service Temporarily Unavailable",
+        ),
         ("404 page not found\n", "text/plain", "404 page not found"),
         ("", "text/plain", None),
     ],

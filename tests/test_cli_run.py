@@ -45,14 +45,18 @@ def rss_kib(pid: int) -> int:
 def mend(*args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "proxy", *args],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
 
 
 @pytest.fixture
 def stream_upstream() -> Iterator[str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests/data/stream_upstream.py"), str(port)])
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests/data/stream_upstream.py"), str(port)]
+    )
     try:
         wait_http(f"http://127.0.0.1:{port}/bytes/1")
         yield f"http://127.0.0.1:{port}"
@@ -64,8 +68,15 @@ def stream_upstream() -> Iterator[str]:
 @pytest.fixture
 def running_mend(stream_upstream: str) -> Iterator[tuple[subprocess.Popen[bytes], str, str]]:
     listen, admin = free_port(), free_port()
-    proc = mend("run", "--upstream", stream_upstream, "--listen", f"127.0.0.1:{listen}",
-                "--admin-listen", f"127.0.0.1:{admin}")
+    proc = mend(
+        "run",
+        "--upstream",
+        stream_upstream,
+        "--listen",
+        f"127.0.0.1:{listen}",
+        "--admin-listen",
+        f"127.0.0.1:{admin}",
+    )
     try:
         wait_http(f"http://127.0.0.1:{admin}/readyz")
         yield proc, f"http://127.0.0.1:{listen}", f"http://127.0.0.1:{admin}"
@@ -78,10 +89,17 @@ def running_mend(stream_upstream: str) -> Iterator[tuple[subprocess.Popen[bytes]
 def test_check_names_file_and_line_of_a_broken_regex(tmp_path: Path) -> None:
     """``mend check`` exits non-zero with ``file:line: bad regex``."""
     bad = tmp_path / "broken.yaml"
-    bad.write_text("rules:\n  - id: x.y\n    when:\n      body: '(oops'\n"
-                   "    envelope: {code: X, category: internal}\n")
-    result = subprocess.run([sys.executable, "-m", "proxy", "check", str(bad)],
-                            cwd=ROOT, capture_output=True, text=True, check=False)
+    bad.write_text(
+        "rules:\n  - id: x.y\n    when:\n      body: '(oops'\n"
+        "    envelope: {code: X, category: internal}\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "proxy", "check", str(bad)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 1
     assert f"{bad}:4:" in result.stderr
     assert "bad regex" in result.stderr
@@ -91,8 +109,17 @@ def test_run_refuses_to_start_on_bad_rules(tmp_path: Path) -> None:
     """``mend run`` with a broken rule file exits with the same file:line error."""
     bad = tmp_path / "broken.yaml"
     bad.write_text("rules:\n  - id: x.y\n    envelope: {code: bad-code, category: internal}\n")
-    proc = mend("run", "--upstream", "http://127.0.0.1:9", "--rules", str(bad),
-                "--listen", f"127.0.0.1:{free_port()}", "--admin-listen", f"127.0.0.1:{free_port()}")
+    proc = mend(
+        "run",
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--rules",
+        str(bad),
+        "--listen",
+        f"127.0.0.1:{free_port()}",
+        "--admin-listen",
+        f"127.0.0.1:{free_port()}",
+    )
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2
     assert f"{bad}:3:" in err.decode()
@@ -149,11 +176,10 @@ def test_large_upload_streams_in_flat_memory(
             peak = max(peak, rss_kib(proc.pid))
             yield piece
 
-    request = urllib.request.Request(f"{base}/sink", data=body(), method="POST",
-                                     headers={"Content-Length": str(size)})
+    request = urllib.request.Request(
+        f"{base}/sink", data=body(), method="POST", headers={"Content-Length": str(size)}
+    )
     with urllib.request.urlopen(request, timeout=60) as resp:
         got = resp.read().decode()
     assert got == expected.hexdigest()
     assert (peak - before) < 20 * 1024, f"RSS grew {peak - before} KiB"
-
-

@@ -15,10 +15,17 @@ NEW = re.compile(r"^req_[0-9a-f]{16}$")
     ("headers", "expected"),
     [
         ({"X-Request-ID": "abc-123"}, "abc-123"),
-        ({"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
-         "4bf92f3577b34da6a3ce929d0e0e4736"),
-        ({"X-Request-ID": "ok.1", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
-         "ok.1"),
+        (
+            {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+            "4bf92f3577b34da6a3ce929d0e0e4736",
+        ),
+        (
+            {
+                "X-Request-ID": "ok.1",
+                "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            },
+            "ok.1",
+        ),
     ],
 )
 def test_given_ids_are_kept(headers: dict[str, str], expected: str) -> None:

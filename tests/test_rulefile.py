@@ -38,13 +38,28 @@ rules:
             6,
             "unknown filter",
         ),
-        ("rules:\n  - id: a.b\n    envelope:\n      code: lower_case\n      category: internal\n", 4,
-         "SCREAMING_SNAKE"),
-        ("rules:\n  - id: a.b\n    envelope:\n      code: X\n      category: nonsense\n", 5, "category"),
-        ("rules:\n  - id: a.b\n    when: {status: 7xx}\n    envelope: {code: X, category: internal}\n",
-         3, "bad status"),
-        ("rules:\n  - id: a.b\n    colour: red\n    envelope: {code: X, category: internal}\n", 3,
-         "Extra inputs"),
+        (
+            "rules:\n  - id: a.b\n    envelope:\n"
+            "      code: lower_case\n      category: internal\n",
+            4,
+            "SCREAMING_SNAKE",
+        ),
+        (
+            "rules:\n  - id: a.b\n    envelope:\n      code: X\n      category: nonsense\n",
+            5,
+            "category",
+        ),
+        (
+            "rules:\n  - id: a.b\n    when: {status: 7xx}\n"
+            "    envelope: {code: X, category: internal}\n",
+            3,
+            "bad status",
+        ),
+        (
+            "rules:\n  - id: a.b\n    colour: red\n    envelope: {code: X, category: internal}\n",
+            3,
+            "Extra inputs",
+        ),
         ("rules:\n  - id: a.b\n    envelope: {code: X\n", 4, "YAML syntax"),
     ],
 )
@@ -61,13 +76,15 @@ def test_duplicate_ids_across_files_are_refused(tmp_path: Path) -> None:
     """The same rule id in two files is an error naming both places."""
     (tmp_path / "a.yaml").write_text(GOOD)
     (tmp_path / "b.yaml").write_text(GOOD)
-    with pytest.raises(RuleError, match="duplicate rule id 'demo.one'"):
+    with pytest.raises(RuleError, match=r"duplicate rule id 'demo\.one'"):
         load_rules([tmp_path])
 
 
 def test_all_problems_of_all_files_are_reported_together(tmp_path: Path) -> None:
     """An operator fixes everything in one pass, not one error per run."""
-    (tmp_path / "a.yaml").write_text("rules:\n  - id: A!\n    envelope: {code: X, category: internal}\n")
+    (tmp_path / "a.yaml").write_text(
+        "rules:\n  - id: A!\n    envelope: {code: X, category: internal}\n"
+    )
     (tmp_path / "b.yaml").write_text("rules: [1\n")
     with pytest.raises(RuleError) as caught:
         load_rules([tmp_path])

@@ -85,4 +85,8 @@ def test_bad_templates_fail_at_load(source: str) -> None:
 def test_nested_values_render_every_string() -> None:
     """compile_value/render_value handle dicts and lists of templates and literals."""
     compiled = compile_value({"id": "{{ qty }}", "tags": ["{{ name }}", "fixed"], "n": 3})
-    assert render_value(compiled, lookup, identity) == {"id": -1, "tags": ["Widget", "fixed"], "n": 3}
+    assert render_value(compiled, lookup, identity) == {
+        "id": -1,
+        "tags": ["Widget", "fixed"],
+        "n": 3,
+    }

@@ -176,13 +176,21 @@ class Harness:
             ],
             self.cpu(LOAD_CPU),
         )
-        with self.sample_rss(server):
-            done = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=duration + 60, check=False
-            )
+        try:
+            with self.sample_rss(server):
+                done = subprocess.run(
+                    cmd, capture_output=True, text=True, timeout=duration + 60, check=False
+                )
+        except subprocess.TimeoutExpired as exc:
+            raise BenchError(f"wrk against {server.name} {path} hung: {exc}") from exc
         if done.returncode != 0:
             raise BenchError(f"wrk failed ({done.returncode}): {done.stderr.strip()}")
-        result = parse_wrk(done.stdout)
+        try:
+            result = parse_wrk(done.stdout)
+        except ValueError as exc:
+            raise BenchError(
+                f"{exc}; wrk against {server.name} {path} printed:\n{done.stdout}{done.stderr}"
+            ) from exc
         if result.error_count or result.requests == 0:
             self.note(
                 f"{server.name} {path} c={connections}: {result.requests} requests, "
@@ -343,16 +351,18 @@ class Harness:
         mem["mend_idle_after_load"] = rss_bytes(mend.proc.pid)
         mem["mend_max_under_load"] = self.results.get("load_rss", {}).get("mend")
 
-    def section_stream(self, mend: Server | None) -> None:
+    def section_stream(self) -> None:
+        # Fresh processes: one that has just served the load matrix has allocator slack that
+        # would hide growth caused by the stream itself.
         out: dict[str, Any] = {}
-        targets: list[tuple[Server, bool]] = []
-        if mend is not None:
-            targets.append((mend, False))
-        if "bare" in self.opts.configs or mend is None:
-            targets.append((self.start_config("bare", paths=("/huge",)), True))
-        for server, stop_after in targets:
-            out[server.name] = self.stream_once(server)
-            if stop_after:
+        for name in ("mend", "bare"):
+            if name not in self.opts.configs:
+                continue
+            server = self.start_config(name, paths=("/ok",))
+            try:
+                self.check_responses(server)
+                out[name] = self.stream_once(server)
+            finally:
                 self.stop(server)
         self.results["stream"] = out
 
@@ -490,7 +500,7 @@ class Harness:
             require_mend(opts.python)
         self.start_upstream()
         mend: Server | None = None
-        if want_mend and ({"matrix", "memory", "stream"} & set(opts.sections)):
+        if want_mend and ({"matrix", "memory"} & set(opts.sections)):
             mend = self.start_config("mend")
             if "memory" in opts.sections:
                 self.section_memory(mend)
@@ -498,10 +508,10 @@ class Harness:
             self.section_matrix({"mend": mend} if mend else {})
         if mend is not None and "memory" in opts.sections:
             self.section_memory_after(mend)
-        if "stream" in opts.sections:
-            self.section_stream(mend)
         if mend is not None:
             self.stop(mend)
+        if "stream" in opts.sections:
+            self.section_stream()
         for name, needs_mend, fn in (
             ("rules", True, self.section_rules),
             ("startup", False, self.section_startup),
@@ -588,6 +598,24 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[str, d
             "runs": len(group),
             "socket_errors": sum(sum(r["socket_errors"].values()) for r in group),
         }
+    return out
+
+
+def ratios(summary: dict[str, Any]) -> dict[str, dict[str, dict[str, float | None]]]:
+    """path -> connections -> mend/bare and mend/nginx, from the medians."""
+    out: dict[str, dict[str, dict[str, float | None]]] = {}
+    for path, per_conns in (summary.get("mend") or {}).items():
+        for conns, m in per_conns.items():
+            row: dict[str, float | None] = {}
+            for other in ("bare", "nginx"):
+                o = (summary.get(other) or {}).get(path, {}).get(conns)
+                if o:
+                    row[f"mend/{other} req/s"] = report.ratio(
+                        m["requests_per_sec"], o["requests_per_sec"]
+                    )
+                    row[f"mend/{other} p50"] = report.ratio(m["p50_us"], o["p50_us"])
+                    row[f"mend/{other} p99"] = report.ratio(m["p99_us"], o["p99_us"])
+            out.setdefault(path, {})[conns] = row
     return out
 
 
@@ -761,6 +789,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     finally:
         harness.close()
+    results["ratios"] = ratios(results.get("summary") or {})
+    results["targets"] = [
+        dict(zip(("target", "measured", "verdict"), row, strict=True))
+        for row in report.targets(results)
+    ]
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     opts.out.write_text(json.dumps(results, indent=2) + "\n")
     markdown = report.render(results)

@@ -85,18 +85,43 @@ class RateWindow:
 
 
 @dataclass
+class ClientState:
+    """What the API remembers about one client."""
+
+    rate: dict[str, RateWindow] = field(default_factory=dict)
+    catalog_failed: bool = False
+    reports_ready_at: dict[str, float] = field(default_factory=dict)
+    confirmed: set[int] = field(default_factory=set)
+
+
+@dataclass
 class LegacyState:
     """Everything the API remembers; lives on the app so each app (and test) starts clean."""
 
     rate_limit_calls: int = 1
     retry_after_s: int = 2
     slow_seconds: float = 3.0
-    tokens: set[str] = field(default_factory=set)
-    rate: dict[tuple[str, str], RateWindow] = field(default_factory=dict)
-    catalog_failed_for: set[str] = field(default_factory=set)
-    reports_ready_at: dict[tuple[str, str], float] = field(default_factory=dict)
-    confirmed: set[tuple[str, int]] = field(default_factory=set)
+    #: The compose agent uses a fresh client id every round, for days; forget the oldest.
+    max_remembered: int = 10_000
+    tokens: dict[str, None] = field(default_factory=dict)
+    clients: dict[str, ClientState] = field(default_factory=dict)
     orders_created: int = 0
+
+    def client(self, client_id: str) -> ClientState:
+        state = self.clients.get(client_id)
+        if state is None:
+            state = self.clients[client_id] = ClientState()
+            _forget_oldest(self.clients, self.max_remembered)
+        return state
+
+    def add_token(self, token: str) -> None:
+        self.tokens[token] = None
+        _forget_oldest(self.tokens, self.max_remembered)
+
+
+def _forget_oldest(remembered: dict[str, Any], limit: int) -> None:
+    while len(remembered) > limit:
+        del remembered[next(iter(remembered))]
 
 
 STATE = web.AppKey("legacy_state", LegacyState)
@@ -106,8 +131,10 @@ def _state(request: web.Request) -> LegacyState:
     return request.app[STATE]
 
 
-def _client(request: web.Request) -> str:
-    return request.headers.get("X-Client-Id") or request.remote or "anonymous"
+def _client(request: web.Request) -> ClientState:
+    """The caller's state, by ``X-Client-Id`` or else the peer address."""
+    client_id = request.headers.get("X-Client-Id") or request.remote or "anonymous"
+    return _state(request).client(client_id)
 
 
 def _now() -> float:
@@ -177,7 +204,7 @@ async def issue_token(request: web.Request) -> web.Response:
             headers={"WWW-Authenticate": 'Basic realm="orders"'},
         )
     token = "at_" + secrets.token_hex(16)
-    _state(request).tokens.add(token)
+    _state(request).add_token(token)
     return web.json_response(
         {"access_token": token, "token_type": "Bearer", "expires_in": 3600},
         headers={"Cache-Control": "no-store"},
@@ -328,7 +355,7 @@ async def invoice(request: web.Request) -> web.Response:
 
 async def tracking(request: web.Request) -> web.Response:
     state = _state(request)
-    window = state.rate.setdefault((_client(request), "tracking"), RateWindow())
+    window = _client(request).rate.setdefault("tracking", RateWindow())
     now = _now()
     window.calls += 1
     if window.calls <= state.rate_limit_calls:
@@ -355,10 +382,9 @@ async def tracking(request: web.Request) -> web.Response:
 
 
 async def catalog(request: web.Request) -> web.Response:
-    failed_for = _state(request).catalog_failed_for
     client = _client(request)
-    if client not in failed_for:
-        failed_for.add(client)
+    if not client.catalog_failed:
+        client.catalog_failed = True
         return web.Response(
             text=NGINX_503,
             status=503,
@@ -375,10 +401,9 @@ async def catalog(request: web.Request) -> web.Response:
 async def report(request: web.Request) -> web.Response:
     state = _state(request)
     name = request.match_info["name"]
-    key = (_client(request), name)
     # The report keeps building after a caller gives up, like a real cache warm-up: the deadline
     # is set by the first call, not restarted by each one.
-    ready_at = state.reports_ready_at.setdefault(key, _now() + state.slow_seconds)
+    ready_at = _client(request).reports_ready_at.setdefault(name, _now() + state.slow_seconds)
     delay = ready_at - _now()
     if delay > 0:
         await asyncio.sleep(delay)
@@ -390,13 +415,13 @@ async def report(request: web.Request) -> web.Response:
 
 async def confirm(request: web.Request) -> web.Response:
     order_id = int(request.match_info["order_id"])
-    _state(request).confirmed.add((_client(request), order_id))
+    _client(request).confirmed.add(order_id)
     return web.json_response({"id": order_id, "status": "confirmed"})
 
 
 async def ship(request: web.Request) -> web.Response:
     order_id = int(request.match_info["order_id"])
-    if (_client(request), order_id) not in _state(request).confirmed:
+    if order_id not in _client(request).confirmed:
         return web.json_response(
             {
                 "error": "order_not_confirmed",
@@ -464,12 +489,19 @@ async def graphql(request: web.Request) -> web.Response:
 
 
 def create_legacy_app(
-    *, rate_limit_calls: int = 1, retry_after_s: int = 2, slow_seconds: float = 3.0
+    *,
+    rate_limit_calls: int = 1,
+    retry_after_s: int = 2,
+    slow_seconds: float = 3.0,
+    max_remembered: int = 10_000,
 ) -> web.Application:
     """The orders API. ``slow_seconds`` should exceed mend's read timeout to show a timeout."""
     app = web.Application()
     app[STATE] = LegacyState(
-        rate_limit_calls=rate_limit_calls, retry_after_s=retry_after_s, slow_seconds=slow_seconds
+        rate_limit_calls=rate_limit_calls,
+        retry_after_s=retry_after_s,
+        slow_seconds=slow_seconds,
+        max_remembered=max_remembered,
     )
     app.router.add_get("/", index)
     app.router.add_get("/healthz", healthz)

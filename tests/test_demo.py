@@ -223,6 +223,17 @@ async def test_ship_succeeds_after_confirm(legacy: TestServer) -> None:
     assert other_client == 409
 
 
+async def test_state_forgets_the_oldest_clients(aiohttp_server: StartServer) -> None:
+    """Per-client state is bounded: past max_remembered clients the oldest is forgotten."""
+    server = await aiohttp_server(create_legacy_app(max_remembered=2))
+    await call(server, "POST", "/api/orders/17/confirm", client="a")
+    await call(server, "POST", "/api/orders/17/confirm", client="b")
+    await call(server, "POST", "/api/orders/17/confirm", client="c")
+    statuses = [(await call(server, "POST", "/api/orders/17/ship", client=c))[0] for c in "bc"]
+    forgotten, _, _ = await call(server, "POST", "/api/orders/17/ship", client="a")
+    assert (statuses, forgotten) == ([200, 200], 409)
+
+
 # -- RFC 6901 -----------------------------------------------------------------------------------
 
 

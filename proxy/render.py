@@ -227,11 +227,10 @@ class Negotiator:
 # ---------------------------------------------------------------------------------------------
 
 _HEADER_UNSAFE = re.compile(r"[^\x20-\x7e]+")
-#: Line breaks of every kind, C0/C1 controls, bidi overrides and lone surrogates: in a one-line
-#: slot any of them could fake structure (a new line, a reordered display) or break encoding.
-_LINE_UNSAFE = re.compile(
-    r"[\s\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]+"
-)
+#: Line breaks of every kind, C0/C1 controls and bidi overrides: in a one-line slot any of them
+#: could fake structure (a new line, a reordered display).
+_LINE_UNSAFE = re.compile(r"[\s\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]+")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _XML_ILLEGAL = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _XML_TEXT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "\r": "&#13;"})
 _XML_ATTR = str.maketrans(
@@ -276,13 +275,27 @@ def safe_header_value(value: str, limit: int = 256) -> str:
     return _HEADER_UNSAFE.sub("", value).strip()[:limit].strip()
 
 
-def _finite(value: Any) -> Any:
+def _unsurrogate(text: str) -> str:
+    """Pairs of surrogates become the character they encode, lone ones U+FFFD.
+
+    Python strings hold surrogates only when bytes were decoded with ``surrogateescape``; no
+    encoder may write them as they are (strict UTF-8 refuses, and many JSON parsers reject a
+    lone ``\\ud800`` escape), so every rendering maps them the same way.
+    """
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, str):
+        return _unsurrogate(value)
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {_jsonable(str(k)): _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
+        return [_jsonable(v) for v in value]
     return value
 
 
@@ -291,12 +304,16 @@ def _dumps(value: Any) -> bytes:
     try:
         return orjson.dumps(value)
     except TypeError:
-        # orjson refuses integers beyond 64 bits and lone surrogates, both of which an upstream
-        # can send; the stdlib writes both (surrogates as \\u escapes).
+        # orjson refuses integers beyond 64 bits and surrogates, both of which can come from an
+        # upstream; the stdlib writes big integers exactly once surrogates are mapped.
         text = json.dumps(
-            _finite(value), ensure_ascii=True, separators=(",", ":"), default=str, allow_nan=False
+            _jsonable(value),
+            ensure_ascii=False,
+            separators=(",", ":"),
+            default=str,
+            allow_nan=False,
         )
-        return text.encode("ascii")
+        return text.encode("utf-8")
 
 
 def _json_text(value: Any) -> str:
@@ -373,7 +390,7 @@ _CAUSES: Mapping[Category, str] = {
 
 
 def _one_line(text: str, limit: int = _NL_VALUE_LIMIT) -> str:
-    text = _LINE_UNSAFE.sub(" ", text).strip()
+    text = _LINE_UNSAFE.sub(" ", _unsurrogate(text)).strip()
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
@@ -435,6 +452,17 @@ def _retry_line(envelope: Envelope, style: _Style) -> str:
     return "No. The API or the proxy is at fault; report it with the request id."
 
 
+_FALLBACK_STEPS: Mapping[Action, str] = {
+    Action.RETRY: "Wait as long as the Retry line says, then send the same request again.",
+    Action.FIX_REQUEST: "Correct the request according to the message, then send it again.",
+    Action.CALL_OTHER_OPERATION: "Call the operation the message names, then send the request "
+    "again.",
+    Action.REAUTHENTICATE: "Obtain fresh credentials, then send the request again.",
+    Action.ESCALATE: "Tell the user what failed; do not retry.",
+    Action.REPORT_BUG: "Report this error with its request id; do not retry.",
+}
+
+
 def _field_step(item: Mapping[str, Any], data: Mapping[str, Any], style: _Style) -> str:
     """One step per invalid field, seed-004 style: reason, what was sent, what is expected."""
     parts = [f"Fix {style.code(item['field'])}: {style.text(item['reason'])}."]
@@ -453,7 +481,9 @@ def _field_step(item: Mapping[str, Any], data: Mapping[str, Any], style: _Style)
 
 def _steps(envelope: Envelope, data: Mapping[str, Any], style: _Style) -> list[str]:
     """Numbered recovery steps; values come from ``data`` so they say what the JSON says."""
-    steps = [style.text(s) for s in envelope.steps] or [style.text(envelope.hint)]
+    # Steps and hint are upstream-derived and may scrub down to nothing; the plan never does.
+    steps = [text for s in envelope.steps if (text := style.text(s))]
+    steps = steps or [style.text(envelope.hint) or _FALLBACK_STEPS[envelope.action]]
     if envelope.next_operation:
         call = f"Call {style.code(envelope.next_operation)}"
         if data["next_operation_args"]:
@@ -472,7 +502,7 @@ def _steps(envelope: Envelope, data: Mapping[str, Any], style: _Style) -> list[s
         if suggested is not None:
             parts.append(f"Suggested value: {style.code(_value(suggested))}.")
         steps.append(" ".join(parts))
-    return [s for s in steps if s]
+    return steps
 
 
 def _what_failed(envelope: Envelope, style: _Style) -> str:
@@ -496,14 +526,15 @@ def _json_line(data: dict[str, Any], markdown: bool) -> bytes:
 
 
 def _render_prose(envelope: Envelope, style: _Style) -> bytes:
-    code, message = style.code(envelope.code), style.text(envelope.message)
+    message = style.text(envelope.message)
+    title = f"Error {style.code(envelope.code)}" + (f": {message}" if message else "")
     data = envelope.as_dict()
     steps = _steps(envelope, data, style)
     causes = _CAUSES.get(envelope.category, "")
     request_id = style.code(envelope.request_id)
     if style.markdown:
         lines = [
-            f"## Error {code}: {message}",
+            f"## {title}",
             "",
             f"**What failed:** {_what_failed(envelope, style)}",
             "",
@@ -521,7 +552,7 @@ def _render_prose(envelope: Envelope, style: _Style) -> bytes:
         ]
     else:
         lines = [
-            f"Error {code}: {message}",
+            title,
             f"What failed: {_what_failed(envelope, style)}",
             "Possible causes:",
             f"- {causes}",
@@ -540,11 +571,11 @@ def _render_prose(envelope: Envelope, style: _Style) -> bytes:
 
 
 def _xt(text: str) -> str:
-    return _XML_ILLEGAL.sub("", text).translate(_XML_TEXT)
+    return _XML_ILLEGAL.sub("", _unsurrogate(text)).translate(_XML_TEXT)
 
 
 def _xa(text: str) -> str:
-    return '"' + _XML_ILLEGAL.sub("", text).translate(_XML_ATTR) + '"'
+    return '"' + _XML_ILLEGAL.sub("", _unsurrogate(text)).translate(_XML_ATTR) + '"'
 
 
 def _xv(value: Any) -> str:
@@ -612,7 +643,7 @@ def _render_xml(envelope: Envelope) -> bytes:
         out.append(f"  <upstream_status>{envelope.upstream_status}</upstream_status>")
     out.append(f"  <rule>{_xt(envelope.rule)}</rule>")
     out.append("</tool_error>")
-    # Lone surrogates were removed above as XML-illegal, so strict UTF-8 cannot fail here.
+    # _xt/_xa mapped every surrogate, so strict UTF-8 cannot fail here.
     return ("\n".join(out) + "\n").encode("utf-8")
 
 

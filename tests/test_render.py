@@ -202,6 +202,7 @@ ACCEPT_TABLE = [
     ("text/html", J, J),
     ("text/html, image/png", X, X),
     ("application/json;q=0.5, text/plain", J, T),
+    ("text/plain;q=0.2, application/xml;q=0.5, text/plain;q=0.9", J, T),
     ("application/json;q=0.5, text/plain;q=0.9, application/xml;q=0.7", J, T),
     ("application/xml;q=1.0, application/json;q=0.999", J, X),
     ("text/*", J, T),
@@ -443,6 +444,22 @@ def test_text_names_exact_steps_and_values(envelope: Envelope, expected: str) ->
     assert expected in "\n".join(lines)
 
 
+@pytest.mark.parametrize("action", list(Action))
+def test_text_always_has_a_step(action: Action) -> None:
+    """A hint that scrubs to nothing still leaves one numbered step for the action."""
+    envelope = _with(
+        INTERNAL,
+        action=action,
+        hint="\r\n\x00",
+        retryable=action is Action.RETRY,
+        retry_after_ms=1000,
+    )
+    lines, _ = _prose_parts(_body(envelope, Rendering.TEXT))
+    step = lines[lines.index("Action required:") + 1]
+    assert step.startswith("1. ")
+    assert len(step) > len("1. ") + 10
+
+
 @pytest.mark.parametrize(
     ("action", "phrase"),
     [
@@ -621,21 +638,48 @@ def test_safe_header_value(value: str, expected: str) -> None:
 
 # --- any text whatsoever ----------------------------------------------------------------------
 
-ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=80)
+#: Plain characters, plus the ones that break formats (surrogates, controls, line separators,
+#: markup) drawn often enough that every run meets them.
+ANY_TEXT = st.lists(
+    st.one_of(
+        st.characters(),
+        st.characters(categories=["Cs"]),
+        st.sampled_from(
+            ["\x00", "\x1b", "\x85", "\u2028", "\u2029", "\u202e", "\ufffe", "\r\n", "\n"]
+        ),
+        st.sampled_from(["<", ">", "&", '"', "'", "`", "```", "[", "]]>", "\\", "</message>"]),
+    ),
+    max_size=40,
+).map("".join)
 
 
-@given(message=ANY_TEXT, hint=ANY_TEXT)
+def _as_unicode(text: str) -> str:
+    """What any encoder can write: surrogate pairs joined, lone surrogates as U+FFFD."""
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+@given(base=st.sampled_from(list(ENVELOPES.values())), message=ANY_TEXT, hint=ANY_TEXT)
 @settings(max_examples=150, deadline=None)
-def test_any_text_keeps_every_rendering_parseable(message: str, hint: str) -> None:
+def test_any_text_keeps_every_rendering_parseable(base: Envelope, message: str, hint: str) -> None:
     """Whatever the upstream put in message and hint, JSON, problem+json, XML and the prose
-    JSON line parse, and XML keeps the text minus XML-illegal characters."""
-    envelope = _with(VALIDATION, message=message, hint=hint)
+    JSON line parse; JSON keeps the text, XML keeps it minus XML-illegal characters, and the
+    prose block keeps its shape."""
+    envelope = _with(base, message=message, hint=hint)
+    expected = _as_unicode(message)
     document = json.loads(render(envelope, Rendering.JSON, 422)[0])
-    assert document["error"]["message"] == message
-    assert json.loads(render(envelope, Rendering.PROBLEM, 422)[0])["detail"] == message
-    root = ET.fromstring(render(envelope, Rendering.XML, 422)[0])
-    legal = re.sub("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]", "", message)
+    assert document["error"]["message"] == expected
+    assert json.loads(render(envelope, Rendering.PROBLEM, 422)[0])["detail"] == expected
+    body = render(envelope, Rendering.XML, 422)[0]
+    xml.dom.minidom.parseString(body)
+    root = ET.fromstring(body)
+    legal = re.sub("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]", "", expected)
     assert (root.findtext("message") or "") == legal
+    assert (root.findtext("recovery/hint") or "") == re.sub(
+        "[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]", "", _as_unicode(hint)
+    )
     for rendering in (Rendering.TEXT, Rendering.MARKDOWN):
-        body = render(envelope, rendering, 422)[0].decode("utf-8")
-        assert json.loads(body.splitlines()[-1]) == document
+        body_text = render(envelope, rendering, 422)[0].decode("utf-8")
+        lines, json_line = _prose_parts(body_text)
+        assert len(lines) == len(_prose_parts(_body(base, rendering))[0])
+        assert json.loads(json_line) == document
+        assert json.loads(body_text.splitlines()[-1]) == document

@@ -488,8 +488,11 @@ def _paint(text: str, code: str, color: bool) -> str:
     return f"\033[{code}m{text}\033[0m" if color else text
 
 
-def format_report(report: RunReport, *, color: bool = False, verbose: bool = True) -> str:
-    label = "through mend" if report.mode == "mend" else "raw API"
+def format_report(
+    report: RunReport, *, label: str | None = None, color: bool = False, verbose: bool = True
+) -> str:
+    if label is None:
+        label = "agent following envelopes" if report.mode == "mend" else "agent retrying blindly"
     total = len(report.results)
     lines = [
         f"{label} ({report.base_url}): {report.completed}/{total} tasks completed "

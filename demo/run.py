@@ -282,6 +282,8 @@ async def run_demo(args: argparse.Namespace, printer: Printer) -> int:
             except MendFailedToStart as exc:
                 printer.line(str(exc))
                 return 1
+    printer.line()
+    printer.line("mend and the API are stopped. `python -m demo.run --keep-running` leaves them up.")
     return 0
 
 
@@ -299,9 +301,9 @@ async def _demo_body(
         raw, mended = await asyncio.gather(
             run_agent(api_url, "raw"), run_agent(mend_url, "mend"))
         printer.line()
-        printer.line(format_report(raw, color=printer.color))
+        printer.line(format_report(raw, label="raw API", color=printer.color))
         printer.line()
-        printer.line(format_report(mended, color=printer.color))
+        printer.line(format_report(mended, label="through mend", color=printer.color))
         printer.line()
         printer.line(_rate_line(raw, mended))
     printer.heading("3. Metrics")
@@ -318,7 +320,8 @@ async def _generate_traffic(requests: int, printer: Printer, mend_url: str) -> N
         report = await run_agent(mend_url, "mend")
         sent += report.requests_sent
         rounds += 1
-        printer.line(f"round {rounds}: " + format_report(report, verbose=False))
+        printer.line(f"round {rounds}: " + format_report(report, label="through mend",
+                                                          verbose=False))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

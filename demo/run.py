@@ -283,7 +283,7 @@ async def run_demo(args: argparse.Namespace, printer: Printer) -> int:
                 printer.line(str(exc))
                 return 1
     printer.line()
-    printer.line("mend and the API are stopped. `python -m demo.run --keep-running` leaves them up.")
+    printer.line("Stopped mend and the API (--keep-running leaves them up to explore).")
     return 0
 
 

@@ -334,10 +334,13 @@ class Proxy:
                 if KEPT_ON_ENVELOPES.match(name) and not is_internal_header(name):
                     scrubbed = self.redactor.scrub(value)
                     kinds.extend(scrubbed.kinds)
-                    headers.add(name, safe_header_value(scrubbed.text))
+                    headers.add(name, safe_header_value(scrubbed.text, limit=2048))
         headers["Content-Type"] = content_type
         headers["X-Request-ID"] = envelope.request_id
-        headers["X-Error-Code"] = envelope.code
+        headers["X-Error-Code"] = safe_header_value(envelope.code)
+        if not (route and route.force_rendering):
+            headers["Vary"] = "Accept"  # the body depends on Accept: caches must key on it
+        headers["Server"] = "mend"  # never the default "Python/x aiohttp/y" banner
         if envelope.upstream_status is not None and envelope.upstream_status != http_status:
             headers["X-Upstream-Status"] = str(envelope.upstream_status)
         if envelope.retryable and envelope.retry_after_ms is not None:

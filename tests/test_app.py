@@ -95,7 +95,15 @@ async def test_spring_500_becomes_envelope_without_trace(
     assert resp.headers["X-Request-ID"] == "agent-42"
     assert resp.headers["X-Error-Code"] == "INTERNAL_ERROR"
     everything = text + json.dumps(dict(resp.headers))
-    for leaked in ("OrderService", "java.lang", "springframework", "Tomcat", "Servlet/4.0"):
+    assert resp.headers["Vary"] == "Accept"
+    for leaked in (
+        "OrderService",
+        "java.lang",
+        "springframework",
+        "Tomcat",
+        "Servlet/4.0",
+        "aiohttp",
+    ):
         assert leaked not in everything
 
 
@@ -380,6 +388,7 @@ async def test_graphql_errors_in_200_only_where_route_asks(
     start_upstream: StartUpstream, start_mend: StartMend
 ) -> None:
     """A 2xx is inspected only on a route whose success_rules name the rule."""
+
     async def graphql(_: web.Request) -> web.Response:
         return web.json_response({"data": None, "errors": [{"message": "Cannot query field"}]})
 

@@ -159,7 +159,7 @@ async def _wait_ready(proc: asyncio.subprocess.Process, admin_url: str, log_path
         while time.monotonic() < deadline:
             if proc.returncode is not None:
                 break
-            with contextlib.suppress(aiohttp.ClientError):
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                 async with session.get(f"{admin_url}/readyz",
                                        timeout=aiohttp.ClientTimeout(total=2)) as resp:
                     if resp.status == 200:
@@ -167,18 +167,27 @@ async def _wait_ready(proc: asyncio.subprocess.Process, admin_url: str, log_path
             await asyncio.sleep(0.1)
     log = await asyncio.to_thread(log_path.read_text, errors="replace")
     tail = log.splitlines()[-20:]
-    raise MendFailedToStart("mend did not become ready:\n  " + "\n  ".join(tail))
+    state = "still starting" if proc.returncode is None else f"exited with {proc.returncode}"
+    raise MendFailedToStart(
+        f"mend did not become ready ({state}); the end of {log_path.name}:\n  " + "\n  ".join(tail)
+    )
 
 
-async def _fetch(session: aiohttp.ClientSession, call: Call, client: str) -> tuple[int, str,
-                                                                                  dict[str, str],
-                                                                                  str]:
+@dataclass(frozen=True)
+class Seen:
+    status: int
+    reason: str
+    headers: dict[str, str]
+    text: str
+
+
+async def _fetch(session: aiohttp.ClientSession, call: Call, client: str) -> Seen:
     async with session.request(
         call.method, call.path, json=call.json,
         headers={"Accept": "application/json", "X-Client-Id": client},
     ) as resp:
         headers = {h: resp.headers[h] for h in SHOWN_HEADERS if h in resp.headers}
-        return resp.status, resp.reason or "", headers, await resp.text(errors="replace")
+        return Seen(resp.status, resp.reason or "", headers, await resp.text(errors="replace"))
 
 
 def _truncate(text: str, limit: int = 360) -> str:
@@ -232,11 +241,12 @@ async def show_pairs(printer: Printer, api_url: str, mend_url: str) -> None:
             # Separate client ids: the 503 is served once per client, and both sides should see it.
             for label, session, client in (("raw upstream", raw, "showcase-raw"),
                                            ("through mend", mended, "showcase-mend")):
-                status, reason, headers, text = await _fetch(session, show.call, client)
-                printer.line(f"  {label}: HTTP {status} {reason}")
-                for name, value in headers.items():
+                seen = await _fetch(session, show.call, client)
+                printer.line(f"  {label}: HTTP {seen.status} {seen.reason}")
+                for name, value in seen.headers.items():
                     printer.line(f"    {name}: {value}")
-                shown = _compact_envelope(text) if label == "through mend" else _raw_body(text)
+                shown = (_compact_envelope(seen.text) if label == "through mend"
+                         else _raw_body(seen.text))
                 for body_line in shown.splitlines():
                     printer.line(f"    {body_line}")
 
@@ -269,6 +279,7 @@ async def run_demo(args: argparse.Namespace, printer: Printer) -> int:
             printer.line(f"  mend         {mend_url}   (forwards to the API, rewrites errors)")
             printer.line(f"  mend admin   {admin_url}/metrics")
             printer.line(f"  mend config  {config}")
+            printer.line(f"  mend log     {log_path}   (one JSON line per request)")
             printer.line("starting mend...")
             try:
                 async with mend_process(config, log_path, admin_url):

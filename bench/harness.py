@@ -41,10 +41,12 @@ DEBIAN_VENV = BENCH / ".venv-debian"
 PATHS = ("/ok", "/big", "/err500", "/err422", "/err429")
 SUCCESS_PATHS = frozenset({"/ok", "/big"})
 EXPECTED_STATUS = {"/ok": 200, "/big": 200, "/err500": 500, "/err422": 422, "/err429": 429}
-MAIN_CONFIGS = ("mend", "bare", "nginx")
-# Interpreter and event-loop variants of the baseline only need the cheapest path to show
-# their effect; running them everywhere would double the run time for no new information.
-EXTRA_CONFIGS = ("bare-uvloop", "bare-debian")
+# bare-uvloop runs everywhere: mend picks uvloop when it is installed, and its fair baseline
+# is the bare proxy on the same event loop.
+MAIN_CONFIGS = ("mend", "bare", "bare-uvloop", "nginx")
+# The interpreter variant only needs the cheapest path to show its effect; running it
+# everywhere would lengthen the run for no new information.
+EXTRA_CONFIGS = ("bare-debian",)
 EXTRA_PATHS = ("/ok",)
 SECTIONS = ("matrix", "rules", "memory", "stream", "startup", "reload", "workers")
 RULE_SIZES = (10, 100, 1000)
@@ -295,7 +297,7 @@ class Harness:
     def section_matrix(self, mend_servers: dict[str, Server]) -> None:
         servers: list[Server] = []
         for name in self.opts.configs:
-            if name in EXTRA_CONFIGS and name == "bare-debian" and not debian_python_ok():
+            if name == "bare-debian" and not debian_python_ok():
                 self.note("bare-debian not available: run bench/make-debian-venv first")
                 continue
             paths = tuple(
@@ -315,12 +317,21 @@ class Harness:
         runs = self.round_robin(servers, self.opts.paths, self.opts.connections)
         self.results["runs"] = runs
         self.results["summary"] = summarize(runs)
+        self.results["baseline"] = self.baseline()
         self.results["load_rss"] = {
             s.name: max(s.rss_samples[rss_before[s.name] :], default=0) for s in servers
         }
         for server in servers:
             if server.name != "mend":
                 self.stop(server)
+
+    def baseline(self) -> str:
+        loop = self.results["meta"].get("mend_event_loop")
+        if loop == "uvloop":
+            if "bare-uvloop" in self.results["summary"]:
+                return "bare-uvloop"
+            self.note("mend runs on uvloop but bare-uvloop was not run: the baseline is on asyncio")
+        return "bare"
 
     def section_rules(self) -> None:
         servers = []
@@ -502,6 +513,7 @@ class Harness:
         mend: Server | None = None
         if want_mend and ({"matrix", "memory"} & set(opts.sections)):
             mend = self.start_config("mend")
+            self.results["meta"]["mend_event_loop"] = event_loop_of(mend.proc.pid)
             if "memory" in opts.sections:
                 self.section_memory(mend)
         if "matrix" in opts.sections:
@@ -576,6 +588,15 @@ def require_mend(python: str) -> None:
         )
 
 
+def event_loop_of(pid: int) -> str:
+    """uvloop when its extension module is mapped into the process, else asyncio's own loop."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return "unknown"
+    return "uvloop" if "/uvloop/" in maps else "asyncio"
+
+
 def debian_python_ok() -> bool:
     python = DEBIAN_VENV / "bin" / "python"
     if not python.exists():
@@ -607,7 +628,7 @@ def ratios(summary: dict[str, Any]) -> dict[str, dict[str, dict[str, float | Non
     for path, per_conns in (summary.get("mend") or {}).items():
         for conns, m in per_conns.items():
             row: dict[str, float | None] = {}
-            for other in ("bare", "nginx"):
+            for other in ("bare", "bare-uvloop", "nginx"):
                 o = (summary.get(other) or {}).get(path, {}).get(conns)
                 if o:
                     row[f"mend/{other} req/s"] = report.ratio(

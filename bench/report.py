@@ -71,21 +71,31 @@ def _paths(summary: dict[str, Any]) -> list[str]:
     return [p for p in order if p in found] + sorted(found - set(order))
 
 
+def baseline_of(results: dict[str, Any]) -> str:
+    """The bare configuration mend is judged against (the one on mend's event loop)."""
+    found: str = results.get("baseline") or "bare"
+    return found
+
+
 def matrix_section(results: dict[str, Any]) -> list[str]:
     summary: dict[str, Any] = results.get("summary") or {}
     if not summary:
         return []
-    main = [c for c in ("mend", "bare", "nginx") if c in summary]
+    base = baseline_of(results)
+    main = [c for c in ("mend", "bare", "bare-uvloop", "nginx") if c in summary]
+    vs = [o for o in (base, "nginx") if "mend" in main and o in main]
     out = ["### Throughput and latency", ""]
+    if "mend" in main:
+        out += [
+            f"mend runs on {results.get('meta', {}).get('mend_event_loop', '?')}; "
+            f"ratios compare it with `{base}`.",
+            "",
+        ]
     header = ["path", "conns"]
     header += [f"{c} req/s" for c in main]
-    if "mend" in main and "bare" in main:
-        header.append("mend/bare req/s")
-    if "mend" in main and "nginx" in main:
-        header.append("mend/nginx req/s")
+    header += [f"mend/{o} req/s" for o in vs]
     header += [f"{c} p50" for c in main]
-    if "mend" in main and "bare" in main:
-        header.append("mend/bare p50")
+    header += [f"mend/{o} p50" for o in vs[:1]]
     header += [f"{c} p99" for c in main]
     rows = []
     for path in _paths({k: v for k, v in summary.items() if k in main}):
@@ -98,42 +108,33 @@ def matrix_section(results: dict[str, Any]) -> list[str]:
 
             row = [f"`{path}`", str(conns)]
             row += [fmt_rps(get(c, "requests_per_sec")) for c in main]
-            if "mend" in main and "bare" in main:
-                row.append(
-                    fmt_ratio(
-                        ratio(get("mend", "requests_per_sec"), get("bare", "requests_per_sec"))
-                    )
-                )
-            if "mend" in main and "nginx" in main:
-                row.append(
-                    fmt_ratio(
-                        ratio(get("mend", "requests_per_sec"), get("nginx", "requests_per_sec"))
-                    )
-                )
+            row += [
+                fmt_ratio(ratio(get("mend", "requests_per_sec"), get(o, "requests_per_sec")))
+                for o in vs
+            ]
             row += [fmt_us(get(c, "p50_us")) for c in main]
-            if "mend" in main and "bare" in main:
-                row.append(fmt_ratio(ratio(get("mend", "p50_us"), get("bare", "p50_us"))))
+            row += [fmt_ratio(ratio(get("mend", "p50_us"), get(o, "p50_us"))) for o in vs[:1]]
             row += [fmt_us(get(c, "p99_us")) for c in main]
             rows.append(row)
     out += table(header, rows)
-    extras = [c for c in ("bare-uvloop", "bare-debian") if c in summary]
-    if extras and "bare" in summary:
+    variants = [c for c in ("bare-uvloop", "bare-debian") if c in summary]
+    if variants and "bare" in summary:
         out += ["", "### Event loop and interpreter (bare proxy, `/ok`)", ""]
         header = ["conns", "bare req/s"]
-        for c in extras:
+        for c in variants:
             header += [f"{c} req/s", f"{c}/bare"]
-        header += ["bare p50"] + [f"{c} p50" for c in extras]
+        header += ["bare p50"] + [f"{c} p50" for c in variants]
         rows = []
         for conns in _conns(summary):
-            base = metric(summary, "bare", "/ok", conns, "requests_per_sec")
-            if base is None:
+            ref = metric(summary, "bare", "/ok", conns, "requests_per_sec")
+            if ref is None:
                 continue
-            row = [str(conns), fmt_rps(base)]
-            for c in extras:
+            row = [str(conns), fmt_rps(ref)]
+            for c in variants:
                 v = metric(summary, c, "/ok", conns, "requests_per_sec")
-                row += [fmt_rps(v), fmt_ratio(ratio(v, base))]
+                row += [fmt_rps(v), fmt_ratio(ratio(v, ref))]
             row.append(fmt_us(metric(summary, "bare", "/ok", conns, "p50_us")))
-            row += [fmt_us(metric(summary, c, "/ok", conns, "p50_us")) for c in extras]
+            row += [fmt_us(metric(summary, c, "/ok", conns, "p50_us")) for c in variants]
             rows.append(row)
         out += table(header, rows)
     return out
@@ -238,6 +239,7 @@ def targets(results: dict[str, Any]) -> list[list[str]]:
     """The issue's targets, each with the worst measured cell and a verdict."""
     rows: list[list[str]] = []
     summary = results.get("summary") or {}
+    base = baseline_of(results)
 
     def verdict(ok: bool | None) -> str:
         return "n/a" if ok is None else ("met" if ok else "**missed**")
@@ -249,7 +251,7 @@ def targets(results: dict[str, Any]) -> list[list[str]]:
         for path in paths:
             for c in conns:
                 r = ratio(
-                    metric(summary, "mend", path, c, key), metric(summary, "bare", path, c, key)
+                    metric(summary, "mend", path, c, key), metric(summary, base, path, c, key)
                 )
                 if r is not None:
                     found.append((r, f"`{path}` c={c}"))
@@ -360,12 +362,10 @@ def header(results: dict[str, Any]) -> list[str]:
 
 def render(results: dict[str, Any]) -> str:
     out = [*header(results), ""]
-    out += [
-        "### Targets",
-        "",
-        *table(["target", "worst measured", "verdict"], targets(results)),
-        "",
-    ]
+    out += ["### Targets", ""]
+    if (results.get("summary") or {}).get("mend"):
+        out += [f'"bare" in the targets means `{baseline_of(results)}`.', ""]
+    out += [*table(["target", "worst measured", "verdict"], targets(results)), ""]
     out += [*matrix_section(results), ""]
     out += [*rules_section(results), ""]
     out += other_section(results)

@@ -137,7 +137,7 @@ def _missing_tools() -> list[str]:
     reason=f"needs {', '.join(_missing_tools())} (scripts/install-system-deps installs them)",
 )
 def test_quick_run_measures_every_configuration_and_path(tmp_path: Path) -> None:
-    configs = ["bare", "nginx"]
+    configs = ["bare", "bare-uvloop", "nginx"]
     if (REPO / "proxy" / "cli.py").exists():
         configs.append("mend")
     out = tmp_path / "results.json"

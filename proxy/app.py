@@ -137,7 +137,7 @@ class Proxy:
             with upstream_errors():
                 upstream = await self._forward(request, runtime, rid)
             upstream_s = time.perf_counter() - started
-            self.metrics.upstream_duration.labels(route_name).observe(upstream_s)
+            self.metrics.for_route(route_name).upstream_duration.observe(upstream_s)
         except ProxyFailure as failure:
             response, envelope = await self._failure(request, exchange, runtime, failure)
             self._observe(
@@ -186,7 +186,7 @@ class Proxy:
             response, envelope = self._envelope_response(
                 request, runtime.route, exchange, match, upstream
             )
-            self.metrics.rewrite_duration.labels(route_name).observe(
+            self.metrics.for_route(route_name).rewrite_duration.observe(
                 time.perf_counter() - rewrite_started
             )
         except ProxyFailure as failure:
@@ -390,8 +390,9 @@ class Proxy:
         failure: ProxyFailure | None = None,
     ) -> None:
         elapsed = time.perf_counter() - started
-        self.metrics.requests.labels(exchange.route, outcome).inc()
-        self.metrics.request_duration.labels(exchange.route).observe(elapsed)
+        per_route = self.metrics.for_route(exchange.route)
+        per_route.outcome(outcome).inc()
+        per_route.request_duration.observe(elapsed)
         upstream_body = None
         if envelope is not None and exchange.text:
             upstream_body = self.redactor.mask(exchange.text[:16384]).text

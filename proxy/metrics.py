@@ -36,6 +36,20 @@ _LATENCY_BUCKETS = (
 _REWRITE_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
 
 
+@dataclass(frozen=True, slots=True)
+class RouteMetrics:
+    passthrough: Counter
+    envelope: Counter
+    proxy_failure: Counter
+    request_duration: Histogram
+    upstream_duration: Histogram
+    rewrite_duration: Histogram
+
+    def outcome(self, outcome: str) -> Counter:
+        counter: Counter = getattr(self, outcome)
+        return counter
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
@@ -116,9 +130,24 @@ class Metrics:
             "Whether the last attempt to load rules succeeded (1) or failed (0).",
             registry=registry,
         )
+        self._routes: dict[str, RouteMetrics] = {}
         Gauge("mend_build_info", "mend's version.", ["version"], registry=registry).labels(
             __version__
         ).set(1)
+
+    def for_route(self, route: str) -> RouteMetrics:
+        """Label children for one route, resolved once: ``labels()`` is not free per request."""
+        cached = self._routes.get(route)
+        if cached is None:
+            cached = self._routes[route] = RouteMetrics(
+                passthrough=self.requests.labels(route, "passthrough"),
+                envelope=self.requests.labels(route, "envelope"),
+                proxy_failure=self.requests.labels(route, "proxy_failure"),
+                request_duration=self.request_duration.labels(route),
+                upstream_duration=self.upstream_duration.labels(route),
+                rewrite_duration=self.rewrite_duration.labels(route),
+            )
+        return cached
 
     def envelope(self, route: str, envelope: Envelope, *, fallback: bool) -> None:
         status = str(envelope.upstream_status) if envelope.upstream_status is not None else "none"

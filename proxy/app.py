@@ -361,7 +361,8 @@ class Proxy:
         runtime: RouteRuntime | None,
         failure: ProxyFailure,
     ) -> tuple[web.Response, Envelope]:
-        self.metrics.upstream_failures.labels(exchange.route, failure.reason).inc()
+        if failure.upstream:
+            self.metrics.upstream_failures.labels(exchange.route, failure.reason).inc()
         exchange.status = None
         rule = self.store.engine.own[failure.rule]
         found: dict[str, Any] = {}

@@ -19,6 +19,7 @@ class ProxyFailure(Exception):
     rule = "proxy.upstream_protocol_error"
     reason = "protocol_error"  # label of mend_upstream_failures_total
     status = 502
+    upstream = True  # the upstream failed us, as opposed to a request mend refuses itself
 
     def __init__(self, detail: str, **context: Any) -> None:
         super().__init__(detail)
@@ -43,14 +44,17 @@ class UpstreamResponseTooLarge(ProxyFailure):
 
 class RequestTooLarge(ProxyFailure):
     rule, reason, status = "proxy.request_too_large", "request_too_large", 413
+    upstream = False
 
 
 class ForwardProxyRefused(ProxyFailure):
     rule, reason, status = "proxy.forward_proxy_refused", "refused", 400
+    upstream = False
 
 
 class RouteNotFound(ProxyFailure):
     rule, reason, status = "proxy.route_not_found", "no_route", 404
+    upstream = False
 
 
 @contextmanager

@@ -8,10 +8,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bench import report
+from bench import report, rulegen, upstream
 from bench.upstream import nginx_path
 from bench.wrk import parse_wrk
 
@@ -168,3 +169,56 @@ def test_quick_run_measures_every_configuration_and_path(tmp_path: Path) -> None
             assert cell["p50_us"] > 0, (config, path)
             assert cell["p99_us"] > 0, (config, path)
     assert "### Throughput and latency" in done.stdout
+
+
+@pytest.mark.parametrize("count", [10, 1000])
+def test_generated_rules_load_with_mends_loader(tmp_path: Path, count: int) -> None:
+    rulefile = pytest.importorskip("proxy.rulefile")
+    rules = rulefile.load_rules([rulegen.write_rules(tmp_path, count)])
+    assert len(rules) == count
+
+
+@pytest.mark.skipif(nginx_path() is None, reason="needs nginx")
+def test_generated_nginx_configs_are_valid(tmp_path: Path) -> None:
+    for conf in (
+        upstream.write_upstream_config(tmp_path, 18081),
+        upstream.write_proxy_config(tmp_path, 18080, 18081),
+    ):
+        done = subprocess.run(
+            [*upstream.nginx_cmd(conf), "-t"], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr
+
+
+def _results(mend_rps: float, bare_rps: float, growth: int) -> dict[str, Any]:
+    def cell(rps: float) -> dict[str, Any]:
+        return {"32": {"requests_per_sec": rps, "p50_us": 1e6 / rps, "p99_us": 2e6 / rps}}
+
+    return {
+        "baseline": "bare",
+        "summary": {
+            "mend": {"/ok": cell(mend_rps), "/err500": cell(mend_rps / 2)},
+            "bare": {"/ok": cell(bare_rps), "/err500": cell(bare_rps)},
+        },
+        "stream": {"mend": {"growth": growth}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("mend_rps", "growth", "success", "error", "memory"),
+    [
+        pytest.param(990.0, 1 << 20, "met", "**missed**", "met", id="fast-success-slow-errors"),
+        pytest.param(900.0, 30 << 20, "**missed**", "**missed**", "**missed**", id="all-missed"),
+        pytest.param(2000.0, 0, "met", "met", "met", id="all-met"),
+    ],
+)
+def test_targets_verdicts(
+    mend_rps: float, growth: int, success: str, error: str, memory: str
+) -> None:
+    rows = {row[0]: row for row in report.targets(_results(mend_rps, 1000.0, growth))}
+    verdicts = [rows[name][2] for name in rows]
+    assert verdicts[0] == success
+    assert verdicts[2] == error
+    assert verdicts[4] == memory
+    assert verdicts[3] == "n/a"  # no rules section in these results
+    assert "### Throughput and latency" in report.render(_results(mend_rps, 1000.0, growth))

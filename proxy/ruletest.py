@@ -1,0 +1,556 @@
+"""``mend test``: rule test cases (like ``promtool test rules``), and recorded-response coverage.
+
+A case file is YAML::
+
+    cases:
+      - name: fastapi 422 lists every field
+        request: {method: POST, path: /api/orders, headers: {...}}   # optional
+        route: {success_rules: ["graphql.*"]}                        # optional
+        rules: [../extra.yaml]     # optional; relative to this file, loaded before the packs
+        response:
+          status: 422
+          headers: {Content-Type: application/json}
+          json: {detail: [...]}    # or body: "raw text" (exactly one of json/body)
+        expect:                    # a subset of the envelope's ``error`` object
+          rule: fastapi.validation
+          code: VALIDATION_FAILED
+          invalid_fields: [{field: /qty, received: -1}, {field: /sku}]
+        # or:  expect: passthrough (no rule may match: a 2xx the proxy leaves untouched)
+
+``expect`` is compared as a subset: every key it names must be in the envelope with an equal
+value; a nested mapping is again a subset; a list must have as many elements as the envelope's and
+each element is compared as a subset of the element at the same position. Scalars compare exactly
+(``1`` is not ``true``, ``1`` equals ``1.0``).
+
+Each case runs through ``proxy.evaluate`` -- the very path the proxy takes -- against an engine
+built from the case's rules, the ``--rules`` files, the shipped packs and the built-in fallbacks.
+
+Recorded responses for ``mend check --coverage DIR``: see ``load_recorded``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from proxy.build import BuildOptions
+from proxy.engine import Engine
+from proxy.envelope import Envelope
+from proxy.evaluate import Evaluation, evaluate, recorded_exchange
+from proxy.exchange import Exchange
+from proxy.redact import Redactor
+from proxy.rulefile import Lines, RuleError, parse_yaml, validation_problems
+from proxy.ruleset import RuleSet
+from proxy.settings import PACKAGED_RULES, Route, Settings
+
+#: Where ``mend test`` looks when given no paths.
+DEFAULT_TESTS = PACKAGED_RULES / "tests"
+#: The upstream of the throw-away route cases run on; nothing ever connects to it.
+_NOWHERE = "http://127.0.0.1:9"
+_ENVELOPE_KEYS = frozenset(Envelope.model_fields)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class RequestSpec(_Model):
+    method: str = "GET"
+    path: str = "/"
+    headers: dict[str, str] = {}
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("a request path starts with '/'")
+        return value
+
+
+class RouteSpec(_Model):
+    success_rules: tuple[str, ...] = ()
+
+
+class ResponseSpec(_Model):
+    status: int = Field(ge=100, le=599)
+    headers: dict[str, str] = {}
+    json_: Any = Field(default=None, alias="json")
+    body: str | None = None
+
+    @model_validator(mode="after")
+    def _one_body(self) -> ResponseSpec:
+        given = [n for n in ("json_", "body") if n in self.model_fields_set]
+        if len(given) != 1:
+            raise ValueError("give exactly one of json: or body:")
+        return self
+
+    def raw(self) -> tuple[bytes, dict[str, str]]:
+        """The body bytes and headers; a ``json:`` body is sent as application/json by default."""
+        headers = dict(self.headers)
+        if "json_" in self.model_fields_set:
+            if not any(k.lower() == "content-type" for k in headers):
+                headers["Content-Type"] = "application/json"
+            return orjson.dumps(self.json_), headers
+        return (self.body or "").encode(), headers
+
+
+Expectation = Literal["passthrough"] | dict[str, Any]
+
+
+class Case(_Model):
+    name: str = Field(min_length=1)
+    request: RequestSpec = RequestSpec()
+    route: RouteSpec = RouteSpec()
+    rules: tuple[str, ...] = ()
+    response: ResponseSpec
+    expect: Expectation
+
+    @field_validator("expect")
+    @classmethod
+    def _expect(cls, value: Expectation) -> Expectation:
+        if isinstance(value, dict):
+            unknown = sorted(set(value) - _ENVELOPE_KEYS)
+            if unknown:
+                raise ValueError(f"not envelope fields: {unknown}; expect one of the contract's")
+            if not value:
+                raise ValueError("expect: names at least one envelope field, or is 'passthrough'")
+        return value
+
+
+class CaseFile(_Model):
+    cases: list[Case]
+
+
+class Recorded(_Model):
+    """One recorded response for ``--coverage``: a case without ``name``/``expect``."""
+
+    name: str | None = None
+    request: RequestSpec = RequestSpec()
+    route: RouteSpec = RouteSpec()
+    response: ResponseSpec
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedCase:
+    case: Case
+    file: Path
+    line: int
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def _yaml_files(paths: Iterable[Path]) -> Iterator[tuple[Path, bool]]:
+    """(file, named explicitly) for each path; a directory means its YAML files, sorted."""
+    for path in paths:
+        if path.is_dir():
+            for child in sorted(path.iterdir()):
+                if child.is_file() and child.suffix in {".yaml", ".yml"}:
+                    yield child, False
+        elif path.exists():
+            yield path, True
+        else:
+            raise RuleError([f"{path}:1: no such test file or directory"])
+
+
+def _parse(file: Path) -> tuple[Any, Lines]:
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RuleError([f"{file}:1: cannot read: {exc}"]) from exc
+    return parse_yaml(text, str(file))
+
+
+def load_cases(paths: Sequence[Path]) -> tuple[list[LoadedCase], list[str]]:
+    """Every case of every file, and the ``file:line`` problems of the files that do not load.
+
+    A YAML file found in a directory that has ``rules:`` but no ``cases:`` is a rule file the
+    cases use, not a case file, and is skipped.
+    """
+    cases: list[LoadedCase] = []
+    problems: list[str] = []
+    try:
+        files = list(_yaml_files(paths))
+    except RuleError as exc:
+        return [], list(exc.problems)
+    for file, explicit in files:
+        try:
+            data, lines = _parse(file)
+        except RuleError as exc:
+            problems.extend(exc.problems)
+            continue
+        if isinstance(data, dict) and "cases" not in data and "rules" in data and not explicit:
+            continue
+        if not isinstance(data, dict):
+            problems.append(f"{file}:1: a test file is a mapping with cases: [...]")
+            continue
+        try:
+            parsed = CaseFile.model_validate(data)
+        except ValidationError as exc:
+            problems.extend(validation_problems(exc, str(file), lines))
+            continue
+        cases.extend(
+            LoadedCase(case, file, lines.get(("cases", i), 1))
+            for i, case in enumerate(parsed.cases)
+        )
+    return cases, problems
+
+
+# --- engines ----------------------------------------------------------------------------------
+
+
+def _is_pack(path: Path) -> bool:
+    resolved, packs = path.resolve(), PACKAGED_RULES.resolve()
+    return packs in (resolved, resolved.parent)
+
+
+def engine_settings(
+    rules: Sequence[Path], *, default_packs: bool = True, success_rules: Sequence[str] = ()
+) -> Settings:
+    """Settings for an offline engine: ``rules`` first, then (unless told not to) the packs.
+
+    A shipped pack named in ``rules`` is not loaded twice when the packs are loaded anyway.
+    """
+    extra = tuple(p for p in rules if not (default_packs and _is_pack(p)))
+    route = Route(name="default", upstream=_NOWHERE, success_rules=tuple(success_rules))
+    return Settings(routes=(route,), rules=extra, default_packs=default_packs)
+
+
+@dataclass
+class Engines:
+    """Engines by configuration, each loaded once; a configuration that fails stays failed."""
+
+    extra_rules: tuple[Path, ...] = ()
+    default_packs: bool = True
+    _cache: dict[tuple[Any, ...], Engine | RuleError] = field(default_factory=dict)
+
+    def get(self, rules: Sequence[Path] = (), success_rules: Sequence[str] = ()) -> Engine:
+        paths = (*rules, *self.extra_rules)
+        key = (tuple(p.resolve() for p in paths), tuple(success_rules))
+        if key not in self._cache:
+            try:
+                settings = engine_settings(
+                    paths, default_packs=self.default_packs, success_rules=success_rules
+                )
+                self._cache[key] = Engine.load(settings)
+            except RuleError as exc:
+                self._cache[key] = exc
+        found = self._cache[key]
+        if isinstance(found, RuleError):
+            raise found
+        return found
+
+
+def run_exchange(ruleset: RuleSet, exchange: Exchange) -> Evaluation | None:
+    """What the proxy would answer: ``None`` means the response passes through untouched."""
+    return evaluate(ruleset, exchange, Redactor(), BuildOptions())
+
+
+def exchange_for(request: RequestSpec, response: ResponseSpec) -> Exchange:
+    body, headers = response.raw()
+    return recorded_exchange(
+        status=response.status,
+        body=body,
+        headers=headers,
+        method=request.method,
+        path=request.path,
+        request_headers=request.headers,
+    )
+
+
+# --- comparing --------------------------------------------------------------------------------
+
+_MISSING: Any = type("_Missing", (), {"__repr__": lambda _: "<missing>"})()
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    path: str
+    expected: Any
+    got: Any
+
+    def __str__(self) -> str:
+        return f"{self.path}: expected {_show(self.expected)}, got {_show(self.got)}"
+
+
+def _show(value: Any) -> str:
+    if value is _MISSING:
+        return "<missing>"
+    return orjson.dumps(value, default=str).decode()
+
+
+def _same_scalar(expected: Any, got: Any) -> bool:
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return type(expected) is type(got) and expected == got
+    if isinstance(expected, int | float) and isinstance(got, int | float):
+        return bool(expected == got)
+    return type(expected) is type(got) and bool(expected == got)
+
+
+def differences(expected: Any, got: Any, path: str = "") -> list[Difference]:
+    """Where ``got`` fails to contain ``expected`` (subset semantics, see the module docstring)."""
+    if isinstance(expected, dict):
+        if not isinstance(got, dict):
+            return [Difference(path or "(envelope)", expected, got)]
+        out: list[Difference] = []
+        for key, value in expected.items():
+            sub = f"{path}.{key}" if path else str(key)
+            out.extend(differences(value, got.get(key, _MISSING), sub))
+        return out
+    if isinstance(expected, list):
+        if not isinstance(got, list):
+            return [Difference(path, expected, got)]
+        if len(expected) != len(got):
+            return [Difference(f"{path} (length {len(expected)} vs {len(got)})", expected, got)]
+        return [
+            d
+            for i, (e, g) in enumerate(zip(expected, got, strict=True))
+            for d in differences(e, g, f"{path}[{i}]")
+        ]
+    if got is _MISSING or not _same_scalar(expected, got):
+        return [Difference(path, expected, got)]
+    return []
+
+
+# --- running ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    loaded: LoadedCase
+    problems: tuple[str, ...]  # empty when the case passed
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+
+def run_case(loaded: LoadedCase, engines: Engines) -> Outcome:
+    case = loaded.case
+    try:
+        engine = engines.get([loaded.file.parent / r for r in case.rules], case.route.success_rules)
+    except RuleError as exc:
+        return Outcome(loaded, ("the rules do not load:", *exc.problems))
+    evaluation = run_exchange(engine.routes["default"], exchange_for(case.request, case.response))
+    if case.expect == "passthrough":
+        if evaluation is None:
+            return Outcome(loaded, ())
+        env = evaluation.envelope
+        return Outcome(
+            loaded, (f"expected passthrough, got an envelope: rule {env.rule}, code {env.code}",)
+        )
+    if evaluation is None:
+        return Outcome(loaded, ("expected an envelope, got passthrough (no rule matched)",))
+    got = evaluation.envelope.as_dict()
+    return Outcome(loaded, tuple(str(d) for d in differences(case.expect, got)))
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    outcomes: tuple[Outcome, ...]
+    problems: tuple[str, ...]  # files that did not load
+
+    @property
+    def failed(self) -> int:
+        return sum(not o.passed for o in self.outcomes)
+
+    @property
+    def passed(self) -> int:
+        return len(self.outcomes) - self.failed
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.problems
+
+    def lines(self) -> list[str]:
+        out = list(self.problems)
+        for outcome in self.outcomes:
+            if not outcome.passed:
+                out.append(f"{outcome.loaded.where}: {outcome.loaded.case.name}")
+                out.extend(f"    {p}" for p in outcome.problems)
+        out.append(f"{self.passed} passed, {self.failed} failed")
+        return out
+
+
+def run_tests(
+    paths: Sequence[Path], extra_rules: Sequence[Path] = (), *, default_packs: bool = True
+) -> Report:
+    cases, problems = load_cases(paths)
+    engines = Engines(tuple(extra_rules), default_packs)
+    return Report(tuple(run_case(c, engines) for c in cases), tuple(problems))
+
+
+# --- coverage of recorded responses ----------------------------------------------------------
+
+_STATUS_PREFIX = re.compile(r"^([1-5]\d\d)(?:[-_.]|$)")
+_MEDIA_TYPES = {
+    ".json": "application/json",
+    ".html": "text/html; charset=utf-8",
+    ".htm": "text/html; charset=utf-8",
+    ".txt": "text/plain; charset=utf-8",
+    ".xml": "application/xml",
+}
+_META = ".meta.yaml"
+
+
+class Meta(_Model):
+    """``FILE.meta.yaml`` next to a body file: what its name cannot say."""
+
+    status: int | None = Field(default=None, ge=100, le=599)
+    headers: dict[str, str] = {}
+    request: RequestSpec = RequestSpec()
+    route: RouteSpec = RouteSpec()
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedResponse:
+    name: str
+    request: RequestSpec
+    response: ResponseSpec
+    success_rules: tuple[str, ...] = ()
+
+
+def _from_body_file(file: Path) -> RecordedResponse:
+    meta = Meta()
+    sidecar = file.with_name(file.name + _META)
+    if sidecar.exists():
+        data, lines = _parse(sidecar)
+        try:
+            meta = Meta.model_validate(data or {})
+        except ValidationError as exc:
+            raise RuleError(validation_problems(exc, str(sidecar), lines)) from exc
+    status = meta.status
+    if status is None and (match := _STATUS_PREFIX.match(file.name)):
+        status = int(match.group(1))
+    if status is None:
+        raise RuleError(
+            [f"{file}:1: no status: name the file like 503-{file.name} or add {sidecar.name}"]
+        )
+    headers = dict(meta.headers)
+    media = _MEDIA_TYPES.get(file.suffix.lower())
+    if media and not any(k.lower() == "content-type" for k in headers):
+        headers["Content-Type"] = media
+    try:
+        body = file.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise RuleError([f"{file}:1: cannot read: {exc}"]) from exc
+    response = ResponseSpec(status=status, headers=headers, body=body)
+    return RecordedResponse(file.name, meta.request, response, meta.route.success_rules)
+
+
+def _from_yaml(file: Path) -> list[RecordedResponse]:
+    data, lines = _parse(file)
+    if isinstance(data, dict) and "cases" in data:
+        try:
+            parsed = CaseFile.model_validate(data)
+        except ValidationError as exc:
+            raise RuleError(validation_problems(exc, str(file), lines)) from exc
+        return [
+            RecordedResponse(
+                f"{file.name}:{lines.get(('cases', i), 1)} {c.name}",
+                c.request,
+                c.response,
+                c.route.success_rules,
+            )
+            for i, c in enumerate(parsed.cases)
+        ]
+    try:
+        one = Recorded.model_validate(data)
+    except ValidationError as exc:
+        raise RuleError(validation_problems(exc, str(file), lines)) from exc
+    return [
+        RecordedResponse(one.name or file.name, one.request, one.response, one.route.success_rules)
+    ]
+
+
+def load_recorded(directory: Path) -> tuple[list[RecordedResponse], list[str]]:
+    """The recorded responses in ``directory`` (sorted by file name), and the problems.
+
+    The convention:
+
+    * ``NAME.yaml`` / ``NAME.yml``: ``{response: {status, headers, json|body}, request: {...},
+      route: {...}}`` -- one response in a test case's shape; a test case file (``cases:``)
+      counts each of its cases.
+    * any other file is a raw body. Its status is the three digits its name starts with
+      (``503-nginx.html``, ``422_fastapi.json``); its Content-Type follows the extension (``.json``,
+      ``.html``, ``.txt``, ``.xml``). A sidecar ``FILE.meta.yaml`` (``503-nginx.html.meta.yaml``)
+      may give ``status``, ``headers``, ``request`` and ``route`` instead or in addition.
+    * names starting with ``.`` are ignored.
+    """
+    if not directory.is_dir():
+        return [], [f"{directory}:1: not a directory of recorded responses"]
+    out: list[RecordedResponse] = []
+    problems: list[str] = []
+    for file in sorted(directory.iterdir()):
+        if not file.is_file() or file.name.startswith(".") or file.name.endswith(_META):
+            continue
+        try:
+            if file.suffix in {".yaml", ".yml"}:
+                out.extend(_from_yaml(file))
+            else:
+                out.append(_from_body_file(file))
+        except RuleError as exc:
+            problems.extend(exc.problems)
+    return out, problems
+
+
+@dataclass
+class Coverage:
+    total: int = 0
+    by_rule: dict[str, int] = field(default_factory=dict)
+    fallback_only: list[tuple[str, str, str]] = field(default_factory=list)  # name, rule, code
+    passthrough: list[str] = field(default_factory=list)
+
+    @property
+    def specific(self) -> int:
+        return sum(self.by_rule.values())
+
+    def lines(self) -> list[str]:
+        out = [
+            f"coverage: {self.total} responses: {self.specific} matched specific rules, "
+            f"{len(self.fallback_only)} only a fallback, {len(self.passthrough)} passed through"
+        ]
+        if self.by_rule:
+            out.append("matched specific rules:")
+            width = max(len(r) for r in self.by_rule)
+            out.extend(
+                f"  {rule:<{width}}  {n}"
+                for rule, n in sorted(self.by_rule.items(), key=lambda kv: (-kv[1], kv[0]))
+            )
+        if self.fallback_only:
+            out.append("only a fallback matched (write a rule for these):")
+            out.extend(f"  {name}  -> {rule} ({code})" for name, rule, code in self.fallback_only)
+        if self.passthrough:
+            out.append("passed through (no rule matched):")
+            out.extend(f"  {name}" for name in self.passthrough)
+        return out
+
+
+def coverage(
+    recorded: Iterable[RecordedResponse], ruleset_for: Callable[[tuple[str, ...]], RuleSet]
+) -> Coverage:
+    """Which rule answers each recorded response; ``ruleset_for(success_rules)`` picks the set."""
+    result = Coverage()
+    for item in recorded:
+        result.total += 1
+        ruleset = ruleset_for(item.success_rules)
+        evaluation = run_exchange(ruleset, exchange_for(item.request, item.response))
+        if evaluation is None:
+            result.passthrough.append(item.name)
+            continue
+        rule = evaluation.match.rule
+        if rule.is_fallback:
+            result.fallback_only.append((item.name, rule.id, evaluation.envelope.code))
+        else:
+            result.by_rule[rule.id] = result.by_rule.get(rule.id, 0) + 1
+    return result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Literal
 
@@ -11,8 +12,15 @@ from yarl import URL
 from proxy.render import Rendering
 from proxy.rulefile import RuleError, parse_yaml, validation_problems
 
-#: The packs shipped in rules/, next to the package in a checkout or an installed share dir.
-PACKAGED_RULES = Path(__file__).resolve().parent.parent / "rules"
+
+def _packaged_rules() -> Path:
+    """The packs shipped in rules/: beside the package in a checkout or editable install, else
+    where a wheel install puts its data files (``<prefix>/share/mend/rules``)."""
+    checkout = Path(__file__).resolve().parent.parent / "rules"
+    return checkout if checkout.is_dir() else Path(sys.prefix) / "share" / "mend" / "rules"
+
+
+PACKAGED_RULES = _packaged_rules()
 
 
 class _Model(BaseModel):

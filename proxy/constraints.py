@@ -12,42 +12,58 @@ import re
 from typing import Any
 
 _NUM = r"(-?\d+(?:\.\d+)?)"
+#: A number of characters, items or digits is a length, not a value bound.
+_UNIT = r"(?!\d|\.\d|\s*(?:char|item|element|byte|digit|decimal|place|letter|entr|word|file|value))"
+_MIN = r"greater than or equal to|at least|no less than|>=|minimum(?: value)?(?: is| of)?"
+_MAX = (
+    r"less than or equal to|at most|no (?:more|greater) than|not exceed|<=|"
+    r"maximum(?: value)?(?: is| of)?"
+)
+_MIN_LEN = r"at least|minimum of|minimum is|no fewer than|min(?:imum)? length(?: of| is)?"
+_MAX_LEN = r"at most|no more than|not exceed|maximum of|maximum is|max(?:imum)? length(?: of| is)?"
 _BOUNDS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(p, re.I), key)
     for p, key in (
-        (
-            rf"(?:greater than or equal to|at least|no less than|>=|minimum(?: value)?(?: is| of)?)\s*{_NUM}(?!\s*(?:char|item|element|byte))",
-            "minimum",
-        ),
-        (
-            rf"(?:less than or equal to|at most|no (?:more|greater) than|not exceed|<=|maximum(?: value)?(?: is| of)?)\s*{_NUM}(?!\s*(?:char|item|element|byte))",
-            "maximum",
-        ),
-        (
-            rf"(?:greater than|more than|>|above)\s*{_NUM}(?!\s*(?:char|item|element|byte))",
-            "exclusiveMinimum",
-        ),
-        (
-            rf"(?:less than|fewer than|<|below)\s*{_NUM}(?!\s*(?:char|item|element|byte))",
-            "exclusiveMaximum",
-        ),
-        (
-            rf"(?:at least|minimum of|no fewer than|min(?:imum)? length(?: of| is)?)\s*{_NUM}\s*char",
-            "minLength",
-        ),
-        (
-            rf"(?:at most|no more than|maximum of|max(?:imum)? length(?: of| is)?)\s*{_NUM}\s*char",
-            "maxLength",
-        ),
+        (rf"(?:{_MIN})\s*{_NUM}{_UNIT}", "minimum"),
+        (rf"(?:{_MAX})\s*{_NUM}{_UNIT}", "maximum"),
+        (rf"(?:greater than|more than|>|above)\s*{_NUM}{_UNIT}", "exclusiveMinimum"),
+        (rf"(?:less than|fewer than|<|below)\s*{_NUM}{_UNIT}", "exclusiveMaximum"),
+        (rf"(?:{_MIN_LEN})\s*{_NUM}\s*char", "minLength"),
+        (rf"(?:{_MAX_LEN})\s*{_NUM}\s*char", "maxLength"),
         (rf"(?:at least|no fewer than)\s*{_NUM}\s*(?:item|element)", "minItems"),
         (rf"(?:at most|no more than)\s*{_NUM}\s*(?:item|element)", "maxItems"),
     )
 )
 _ENUM = re.compile(
-    r"(?:one of|must be either|permitted(?: values)?(?: are)?|allowed values?(?: are)?|"
-    r"valid (?:values|options|choices) (?:are|is)|expected(?: one of)?)\s*[:\-]?\s*(.+)$",
+    r"(?:one of(?: the following(?: values)?)?|must be either|permitted(?: values)?(?: are)?|"
+    r"allowed values?(?: are)?|valid (?:values|options|choices) (?:are|is)|expected(?: one of)?)"
+    r"\s*[:\-]?\s*(.+)$",
     re.I,
 )
+#: pydantic v2 and others: "Input should be 'a', 'b' or 'c'".
+_QUOTED_CHOICES = re.compile(
+    r"(?:should|must) be ((?:(['\"`])[^'\"`]{1,64}\2(?:, | or |\s*\|\s*))+(['\"`])[^'\"`]{1,64}\3)"
+)
+#: Where a list of allowed values ends and the value that was sent begins.
+_ENUM_END = re.compile(r"[,;.]?\s*(?:but |instead )?(?:received|got|given|found|was)\b.*$", re.I)
+#: Rewrites that turn negated or two-sided phrasings into the ones the bounds below read.
+_NOT = r"\b(?:(?:must|should|can|may|could|shall)\s*not|cannot|can't)\s+(?:be\s+)?"
+_REWRITES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(p, re.I), r)
+    for p, r in (
+        (rf"{_NOT}(?:less|fewer|lower|smaller|shorter)\s+than", "at least"),
+        (rf"{_NOT}(?:greater|more|larger|higher|bigger|longer)\s+than", "at most"),
+        (rf"{_NOT}exceed", "at most"),
+        (r"\bnon-?negative\b", "at least 0"),
+        (r"\bnon-?positive\b", "at most 0"),
+        (r"(?<!non-)(?<!non)\bpositive\b", "greater than 0"),
+        (r"(?<!non-)(?<!non)\bnegative\b", "less than 0"),
+    )
+)
+_BETWEEN = re.compile(
+    rf"\bbetween\s*{_NUM}\s*(?:and|-|to)\s*{_NUM}(\s*(?:char|item|element))?", re.I
+)
+_LENGTHY = re.compile(r"\b(?:length|size|long|characters?)\b", re.I)
 _ENUM_ITEM = re.compile(r"""['"`]([^'"`]{1,64})['"`]|([\w.\-]{1,64})""")
 _CTX_KEYS = {
     "gt": "exclusiveMinimum",
@@ -78,19 +94,42 @@ def _enum_values(text: str) -> list[str]:
     return values[:50]
 
 
+def _between(reason: str, found: dict[str, Any]) -> None:
+    match = _BETWEEN.search(reason)
+    if match is None:
+        return
+    low, high, unit = _number(match.group(1)), _number(match.group(2)), match.group(3) or ""
+    if "item" in unit or "element" in unit:
+        keys = ("minItems", "maxItems")
+    elif "char" in unit or _LENGTHY.search(reason[: match.start()]):
+        keys = ("minLength", "maxLength")
+    else:
+        keys = ("minimum", "maximum")
+    found.setdefault(keys[0], low)
+    found.setdefault(keys[1], high)
+
+
 def from_reason(reason: str) -> dict[str, Any] | None:
     """Allowed values named by a human-readable validation message, or ``None``."""
+    text = reason
+    for pattern, replacement in _REWRITES:
+        text = pattern.sub(replacement, text)
     found: dict[str, Any] = {}
+    _between(text, found)
     for pattern, key in _BOUNDS:
-        if (match := pattern.search(reason)) and not any(
+        if (match := pattern.search(text)) and not any(
             k in found for k in (key, key.replace("exclusiveM", "m"))
         ):
             found[key] = _number(match.group(1))
-    if not found and (match := _ENUM.search(reason)):
-        values = _enum_values(match.group(1))
+    if found:
+        return found
+    if match := _QUOTED_CHOICES.search(reason):
+        return {"enum": _enum_values(match.group(1))}
+    if match := _ENUM.search(reason):
+        values = _enum_values(_ENUM_END.sub("", match.group(1)))
         if len(values) >= 2 or "one of" in reason.lower():
-            found["enum"] = values
-    return found or None
+            return {"enum": values}
+    return None
 
 
 def from_context(ctx: Any) -> dict[str, Any] | None:

@@ -1,8 +1,10 @@
 """RFC 6901 JSON Pointers from the many ways upstreams name a field.
 
 Frameworks spell a field location as a list (`["body", "items", 0, "qty"]`, FastAPI), a dotted
-path (`items.0.qty`, Laravel), a bracketed path (`items[0].qty`, Spring), or already a pointer.
-Agents get one spelling: a pointer into the request body or query.
+path (`items.0.qty`, Laravel), a bracketed path (`items[0].qty`, Spring), a JSONPath (`$.qty`,
+ASP.NET), a slash path (`body/qty`, Fastify/ajv), a URI fragment (`#/qty`, RFC 9457), or only
+inside a sentence (`qty must not be less than 1`, class-validator). Agents get one spelling: a
+pointer into the request body or query.
 """
 
 from __future__ import annotations
@@ -10,33 +12,99 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-_SEGMENTS = re.compile(r"[^.\[\]]+")
+_SEGMENTS = re.compile(r"[^.\[\]/'\"]+")
 #: Leading segments that say where a field lives, not which field it is.
-LOCATION_PREFIXES = ("body", "query", "path", "header", "cookie", "form", "json", "params")
+LOCATION_PREFIXES = (
+    "body",
+    "query",
+    "querystring",
+    "path",
+    "params",
+    "header",
+    "headers",
+    "cookie",
+    "form",
+    "json",
+)
+#: Names that stand for "the request as a whole", not a field of it.
+_WHOLE = frozenset({"", "$", "__all__", "non_field_errors", "nonFieldErrors"})
+
+# A field named only inside a validation sentence. Only text with whitespace in it is read this way
+# (no real field path contains a space), so these never change how a plain path is read.
+_FIELD = r"[A-Za-z_$][\w$.\[\]/-]*"
+_SENTENCES = (
+    # ajv / Fastify: "body/items/0 must have required property 'sku'"
+    re.compile(rf"^(?P<parent>{_FIELD})?\s*must have required property '(?P<field>[^']+)'"),
+    # go-playground/validator: "Key: 'CreateOrder.Items[0].Qty' Error:Field validation ..."
+    re.compile(rf"^Key: '(?:\w+\.)?(?P<field>{_FIELD})' Error:"),
+    # ASP.NET / Laravel: "The field Qty must be ...", "The items.0.qty field is required."
+    re.compile(rf"^The field (?P<field>{_FIELD}) "),
+    re.compile(rf"^The (?P<field>{_FIELD}) field\b"),
+    # class-validator, Joi, ajv, Zod: "qty must ...", '"qty" must ...', "body/qty must be >= 1"
+    re.compile(
+        rf"^[\"'`]?(?P<field>{_FIELD})[\"'`]?:?\s+(?:must|should|is|are|has|have|cannot|can't|"
+        r"may|does|do|needs?|expected|contains?|was|were|requires?|not)\b"
+    ),
+)
 
 
 def _escape(segment: str) -> str:
     return segment.replace("~", "~0").replace("/", "~1")
 
 
-def from_segments(segments: Iterable[object], strip: Sequence[str] = ()) -> str:
-    parts = [str(s) for s in segments]
+def _split(segment: object) -> list[str]:
+    """One segment, or the several a dotted/bracketed/JSONPath string segment stands for."""
+    text = str(segment)
+    if isinstance(segment, str) and re.search(r"[.\[\]]|^\$", text):
+        return [p for p in _SEGMENTS.findall(text.removeprefix("$")) if p != "$"]
+    return [text]
+
+
+def from_segments(segments: Iterable[object], strip: Sequence[str] = ()) -> str | None:
+    """``["body", "items", 0, "qty"]`` -> ``/items/0/qty``; ``None`` when it names no field."""
+    parts = [p for s in segments for p in _split(s)]
+    while parts and parts[-1] in _WHOLE:
+        parts.pop()  # DRF's nested non_field_errors belong to the object they sit in
     while len(parts) > 1 and parts[0] in strip:
         parts.pop(0)
-    return "".join("/" + _escape(p) for p in parts)
+    return "".join("/" + _escape(p) for p in parts) or None
+
+
+def _from_sentence(text: str, strip: Sequence[str]) -> str | None:
+    for pattern in _SENTENCES:
+        if match := pattern.match(text):
+            groups = match.groupdict()
+            parent = groups.get("parent") or ""
+            found = from_segments(_path_segments(parent), strip) if parent else None
+            if found is not None and found.lstrip("/") in strip:
+                found = None  # "body must have required property 'sku'": the body itself
+            field = from_segments(_path_segments(groups["field"]), strip)
+            if field is None:
+                return None
+            return (found or "") + field
+    return None
+
+
+def _path_segments(text: str) -> list[str]:
+    text = text.strip()
+    if text.startswith("$"):
+        text = text[1:]
+    return _SEGMENTS.findall(text)
 
 
 def to_pointer(value: object, strip: Sequence[str] = LOCATION_PREFIXES) -> str | None:
     """A JSON Pointer for ``value``, or ``None`` when it names no field."""
-    if value is None:
+    if value is None or isinstance(value, bool):
         return None
     if isinstance(value, list | tuple):
         return from_segments(value, strip) if value else None
     text = str(value).strip()
-    if not text or text in {"__all__", "non_field_errors", "$"}:
+    if text.startswith("#/"):
+        text = text[1:]  # a URI fragment holding a pointer (RFC 9457's example)
+    if text in _WHOLE:
         return None
+    if any(c.isspace() for c in text):
+        return _from_sentence(text, strip)
     if text.startswith("/"):
         return text
-    if text.startswith("$."):
-        text = text[2:]
-    return from_segments(_SEGMENTS.findall(text), strip)
+    return from_segments(_path_segments(text), strip)

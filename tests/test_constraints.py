@@ -1,0 +1,115 @@
+"""Allowed values and suggestions read from validation messages and contexts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy.constraints import from_context, from_reason, normalise, suggest
+
+
+@pytest.mark.parametrize(
+    ("reason", "allowed"),
+    [
+        ("Ensure this value is greater than or equal to 1.", {"minimum": 1}),
+        ("ensure this value is less than 100", {"exclusiveMaximum": 100}),
+        ("Input should be greater than 0", {"exclusiveMinimum": 0}),
+        ("must be less than or equal to 100", {"maximum": 100}),
+        ("body/qty must be >= 1", {"minimum": 1}),
+        ("-1 is less than the minimum of 1", {"minimum": 1}),
+        ("qty must not be less than 1", {"minimum": 1}),
+        ("qty must not be greater than 10", {"maximum": 10}),
+        ("qty cannot exceed 5", {"maximum": 5}),
+        ("The field Qty must be between 1 and 100.", {"minimum": 1, "maximum": 100}),
+        ("size must be between 2 and 10", {"minLength": 2, "maxLength": 10}),
+        ("must be between 1 and 3 items", {"minItems": 1, "maxItems": 3}),
+        ("must be at least 10 characters", {"minLength": 10}),
+        ("The name field must not be greater than 255 characters.", {"maxLength": 255}),
+        ("is too long (maximum is 20 characters)", {"maxLength": 20}),
+        ("Ensure this field has no more than 10 characters.", {"maxLength": 10}),
+        ("qty must be a positive number", {"exclusiveMinimum": 0}),
+        ("must be non-negative", {"minimum": 0}),
+    ],
+)
+def test_bounds_from_messages(reason: str, allowed: dict[str, Any]) -> None:
+    """Numeric and length bounds, including negated and two-sided phrasings."""
+    assert from_reason(reason) == allowed
+
+
+@pytest.mark.parametrize(
+    ("reason", "values"),
+    [
+        ("must be one of: a, b", ["a", "b"]),
+        ("status must be one of the following values: standard, express", ["standard", "express"]),
+        ("Input should be 'standard' or 'express'", ["standard", "express"]),
+        ("Input should be 'a', 'b' or 'c'", ["a", "b", "c"]),
+        ("Invalid enum value. Expected 'a' | 'b', received 'c'", ["a", "b"]),
+        ('"status" must be one of [standard, express]', ["standard", "express"]),
+        ("value is not a valid enumeration member; permitted: 'a', 'b'", ["a", "b"]),
+        ("'x' is not one of ['a', 'b']", ["a", "b"]),
+    ],
+)
+def test_enums_from_messages(reason: str, values: list[str]) -> None:
+    """Lists of allowed values, without the words around them or the value that was sent."""
+    assert from_reason(reason) == {"enum": values}
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "Field required",
+        "This field may not be blank.",
+        "Ensure that there are no more than 2 decimal places.",
+        "Ensure that there are no more than 5 digits in total.",
+        "at least 10 characters",  # a length, never a minimum of 1 read from "10"
+    ],
+)
+def test_no_value_bound_where_none_is_named(reason: str) -> None:
+    """Messages that name no value bound give no minimum/maximum."""
+    allowed = from_reason(reason) or {}
+    assert not {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} & set(allowed)
+
+
+@pytest.mark.parametrize(
+    ("context", "allowed"),
+    [
+        ({"gt": 0}, {"exclusiveMinimum": 0}),
+        ({"le": 100}, {"maximum": 100}),
+        ({"expected": "'a' or 'b'"}, {"enum": ["a", "b"]}),
+        ("not a dict", None),
+    ],
+)
+def test_context(context: Any, allowed: dict[str, Any] | None) -> None:
+    """pydantic's ``ctx`` maps onto the same keywords."""
+    assert from_context(context) == allowed
+
+
+@pytest.mark.parametrize(
+    ("allowed", "received", "normalised"),
+    [
+        ({"exclusiveMinimum": 0}, -1, {"minimum": 1}),
+        ({"exclusiveMaximum": 100}, None, {"maximum": 99}),
+        ({"exclusiveMinimum": 0}, 0.5, {"exclusiveMinimum": 0}),
+    ],
+)
+def test_normalise(allowed: dict[str, Any], received: Any, normalised: dict[str, Any]) -> None:
+    """Exclusive integer bounds become inclusive ones unless a float was sent."""
+    assert normalise(allowed, received) == normalised
+
+
+@pytest.mark.parametrize(
+    ("allowed", "received", "suggested"),
+    [
+        ({"minimum": 1}, -1, 1),
+        ({"maximum": 10}, 50, 10),
+        ({"minimum": 1}, 5, None),
+        ({"enum": ["standard", "express"]}, "expres", "express"),
+        ({"enum": ["standard", "express"]}, "EXPRESS", "express"),
+        ({"enum": ["a", "b"]}, None, "a"),
+        (None, 3, None),
+    ],
+)
+def test_suggest(allowed: dict[str, Any] | None, received: Any, suggested: Any) -> None:
+    """The suggestion lies inside the constraint, as close to what was sent as possible."""
+    assert suggest(allowed, received) == suggested

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.aiohttp import make_aiohttp_handler
+from structlog.typing import FilteringBoundLogger
 
 from proxy.engine import RuleStore
+from proxy.logs import make_logger
 from proxy.rulefile import RuleError
+from proxy.watch import reload_rules
 
 
-def create_admin_app(store: RuleStore, registry: CollectorRegistry) -> web.Application:
+def create_admin_app(
+    store: RuleStore,
+    registry: CollectorRegistry,
+    logger: FilteringBoundLogger | None = None,
+) -> web.Application:
+    log = logger or make_logger()
+
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
@@ -20,12 +31,15 @@ def create_admin_app(store: RuleStore, registry: CollectorRegistry) -> web.Appli
         return web.json_response({"status": "ready", "rules": rules})
 
     async def reload(_: web.Request) -> web.Response:
-        try:
-            engine = store.reload()
-        except RuleError as exc:
+        """Reload every rule file now; 422 with ``file:line`` problems keeps the old rules."""
+        engine = await asyncio.to_thread(reload_rules, store, log, "admin")
+        if isinstance(engine, RuleError):
+            problems = list(engine.problems)
             return web.Response(
                 status=422,
-                body=orjson.dumps({"status": "rejected", "problems": list(exc.problems)}),
+                body=orjson.dumps(
+                    {"status": "rejected", "problems": problems, "rules": store.engine.rule_count}
+                ),
                 content_type="application/json",
             )
         return web.json_response({"status": "reloaded", "rules": engine.rule_count})

@@ -1,0 +1,140 @@
+"""Hot reload: a file watcher that polls the rule files, and the one reload-and-log step.
+
+Every trigger -- the watcher, ``SIGHUP``, ``POST /-/reload`` -- goes through ``reload_rules``:
+``RuleStore.reload`` builds a whole new engine and swaps it in only if every file loads, so a
+request in flight keeps the engine it started with and a bad file never replaces good rules. The
+outcome is counted by ``Metrics.reloaded`` (through ``RuleStore.on_reload``) and logged here, a
+rejection with every ``file:line`` problem.
+
+The watcher polls (no dependency, works on every filesystem and in containers with bind mounts):
+each interval it takes the (mtime, size, inode) of every rule file the settings name -- a
+directory means its YAML files, so adding or removing one counts -- and when that changes it waits
+until the files stay still for ``debounce`` seconds (an editor's save in several writes is one
+reload), then reloads once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable
+from pathlib import Path
+
+from structlog.typing import FilteringBoundLogger
+
+from proxy.engine import Engine, RuleStore
+from proxy.rulefile import RuleError
+from proxy.settings import Settings
+
+Snapshot = dict[str, tuple[int, int, int] | None]
+
+
+def reload_rules(
+    store: RuleStore, logger: FilteringBoundLogger, trigger: str
+) -> Engine | RuleError:
+    """Reload and log the outcome: the new engine, or the error that kept the old one."""
+    try:
+        engine = store.reload()
+    except RuleError as exc:
+        logger.error(
+            "rules_reload_rejected",
+            trigger=trigger,
+            problems=list(exc.problems),
+            rules=store.engine.rule_count,
+        )
+        return exc
+    logger.info("rules_reloaded", trigger=trigger, rules=engine.rule_count)
+    return engine
+
+
+def watched_paths(settings: Settings) -> list[Path]:
+    """Every rule file or directory the settings name, shared and per route."""
+    paths = [*settings.rule_paths()]
+    for route in settings.routes:
+        paths.extend(route.rules)
+    return list(dict.fromkeys(paths))
+
+
+def _stat(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def snapshot(paths: Iterable[Path]) -> Snapshot:
+    """What the watched files look like now; a missing file is ``None``."""
+    out: Snapshot = {}
+    for path in paths:
+        if path.is_dir():
+            try:
+                children = sorted(path.iterdir())
+            except OSError:
+                out[str(path)] = None
+                continue
+            for child in children:
+                if child.suffix in {".yaml", ".yml"}:
+                    out[str(child)] = _stat(child)
+        else:
+            out[str(path)] = _stat(path)
+    return out
+
+
+class RuleWatcher:
+    """Polls the rule files every ``interval`` seconds and reloads when they change."""
+
+    def __init__(
+        self,
+        store: RuleStore,
+        logger: FilteringBoundLogger,
+        *,
+        interval: float = 1.0,
+        debounce: float = 0.25,
+    ) -> None:
+        self.store = store
+        self.log = logger
+        self.interval = interval
+        self.debounce = debounce
+        self.paths = watched_paths(store.settings)
+        self._task: asyncio.Task[None] | None = None
+
+    async def _settled(self, seen: Snapshot) -> Snapshot:
+        """Wait until the files stop changing (each look ``debounce`` apart)."""
+        while True:
+            await asyncio.sleep(self.debounce)
+            now = await asyncio.to_thread(snapshot, self.paths)
+            if now == seen:
+                return now
+            seen = now
+
+    async def run(self) -> None:
+        last = await asyncio.to_thread(snapshot, self.paths)
+        while True:
+            await asyncio.sleep(self.interval)
+            now = await asyncio.to_thread(snapshot, self.paths)
+            if now == last:
+                continue
+            settled = await self._settled(now)
+            changed = sorted(k for k in {*last, *settled} if last.get(k) != settled.get(k))
+            last = settled
+            if not changed:
+                continue
+            self.log.info("rule_files_changed", files=changed)
+            try:
+                # compiling takes a while on big rule sets: off the loop, so requests keep flowing
+                await asyncio.to_thread(reload_rules, self.store, self.log, "watch")
+            except Exception as exc:  # the watcher must outlive any one bad reload
+                self.log.error("rules_reload_failed", trigger="watch", error=repr(exc))
+
+    def start(self) -> asyncio.Task[None]:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self.run(), name="mend-watch")
+        return self._task
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import orjson
 from aiohttp import web
 
 try:  # optional: a faster event loop where it is installed (the `speed` extra)
@@ -17,13 +18,16 @@ except ImportError:  # pragma: no cover - exercised only where uvloop is absent
     uvloop = None  # type: ignore[assignment]
 from prometheus_client import CollectorRegistry
 
-from proxy import __version__
+from proxy import __version__, ruletest
+from proxy import explain as explaining
 from proxy.admin import create_admin_app
 from proxy.app import APP_KEY, create_app
 from proxy.engine import Engine
 from proxy.logs import make_logger
 from proxy.rulefile import RuleError, load_rules, rule_files
+from proxy.ruleset import RuleSet
 from proxy.settings import PACKAGED_RULES, Settings, load_settings, parse_hostport
+from proxy.watch import RuleWatcher, reload_rules
 
 
 def _settings_from_args(args: argparse.Namespace) -> Settings:
@@ -62,7 +66,7 @@ async def _serve(settings: Settings) -> None:
     logger = make_logger()
     app = create_app(settings, registry, logger=logger)
     store = app[APP_KEY].store
-    admin = create_admin_app(store, registry)
+    admin = create_admin_app(store, registry, logger)
     runners = [web.AppRunner(app, access_log=None), web.AppRunner(admin, access_log=None)]
     for runner in runners:
         await runner.setup()
@@ -83,15 +87,16 @@ async def _serve(settings: Settings) -> None:
         loop.add_signal_handler(sig, stop.set)
 
     def _reload() -> None:
-        try:
-            store.reload()
-            logger.info("rules_reloaded", rules=store.engine.rule_count, trigger="SIGHUP")
-        except RuleError as exc:
-            logger.error("rules_reload_rejected", problems=list(exc.problems), trigger="SIGHUP")
+        reload_rules(store, logger, "SIGHUP")
 
     loop.add_signal_handler(signal.SIGHUP, _reload)
+    watcher = RuleWatcher(store, logger) if settings.watch_rules else None
+    if watcher is not None:
+        watcher.start()
     await stop.wait()
     logger.info("stopping")
+    if watcher is not None:
+        await watcher.stop()
     for runner in reversed(runners):
         await runner.cleanup()
 
@@ -118,14 +123,105 @@ def _check(args: argparse.Namespace) -> int:
             engine = Engine.load(settings)
             print(f"ok: {args.config}: {engine.rule_count} rules, {len(settings.routes)} routes")
             if not args.paths:
-                return 0
+                return _coverage(args, settings, engine) if args.coverage else 0
         files = list(rule_files(paths))
         rules = load_rules(paths)
     except RuleError as exc:
         print("\n".join(exc.problems), file=sys.stderr)
         return 1
     print(f"ok: {len(rules)} rules in {len(files)} files")
+    return _coverage(args, None, None) if args.coverage else 0
+
+
+def _coverage(args: argparse.Namespace, settings: Settings | None, engine: Engine | None) -> int:
+    """``check --coverage DIR``: which rules answer the recorded responses in DIR."""
+    recorded, problems = ruletest.load_recorded(Path(args.coverage))
+    if settings is not None and engine is not None:
+        try:
+            route = explaining.route_for(settings, args.route, "/")
+        except ValueError as exc:
+            print(f"mend check: {exc}", file=sys.stderr)
+            return 1
+        fixed: RuleSet | None = engine.routes[route.name]
+    else:
+        fixed = None
+    engines = ruletest.Engines(tuple(Path(p) for p in args.paths), not args.no_default_packs)
+
+    def ruleset_for(success_rules: tuple[str, ...]) -> RuleSet:
+        if fixed is not None:  # a config's route says which rules run on 2xx
+            return fixed
+        return engines.get((), success_rules).routes["default"]
+
+    try:
+        result = ruletest.coverage(recorded, ruleset_for)
+    except RuleError as exc:
+        print("\n".join(exc.problems), file=sys.stderr)
+        return 1
+    print("\n".join([*problems, *result.lines()]))
+    return 1 if problems else 0
+
+
+def _test(args: argparse.Namespace) -> int:
+    paths = [Path(p) for p in args.paths] or [ruletest.DEFAULT_TESTS]
+    report = ruletest.run_tests(
+        paths,
+        [Path(p) for p in args.rules or ()],
+        default_packs=not args.no_default_packs,
+    )
+    print("\n".join(report.lines()))
+    return 0 if report.ok else 1
+
+
+def _explain(args: argparse.Namespace) -> int:
+    try:
+        if args.body_file:
+            body_file: Path | None = Path(args.body_file)
+            body = Path(args.body_file).read_bytes()
+        else:
+            body_file, body = None, (args.body or "").encode()
+        exchange = explaining.exchange_from(
+            status=args.status,
+            body=body,
+            headers=args.header or (),
+            method=args.method,
+            path=args.path,
+            request_headers=args.request_header or (),
+            body_file=body_file,
+        )
+        rules = [Path(p) for p in args.rules or ()]
+        if args.config:
+            settings = load_settings(Path(args.config))
+            settings = settings.model_copy(update={"rules": (*rules, *settings.rules)})
+        else:
+            settings = ruletest.engine_settings(
+                rules,
+                default_packs=not args.no_default_packs,
+                success_rules=args.success_rules or (),
+            )
+        route = explaining.route_for(settings, args.route, args.path)
+        engine = Engine.load(settings)
+    except RuleError as exc:
+        print("\n".join(exc.problems), file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
+        print(f"mend explain: {exc}", file=sys.stderr)
+        return 2
+    result = explaining.explain(engine, route.name, exchange, explaining.build_options(settings))
+    if args.json:
+        print(orjson.dumps(explaining.as_json(result, show_all=args.all)).decode())
+    else:
+        print(explaining.as_text(result, show_all=args.all))
     return 0
+
+
+def _status(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an HTTP status") from None
+    if not 100 <= value <= 599:
+        raise argparse.ArgumentTypeError(f"{value} is not between 100 and 599")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -147,7 +243,44 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate rule files")
     check.add_argument("paths", nargs="*", help="rule files or directories (default: rules/)")
     check.add_argument("--config", help="validate a config file and every rule it names")
+    check.add_argument(
+        "--coverage",
+        metavar="DIR",
+        help="report which rules answer the recorded responses in DIR: NAME.yaml "
+        "({response: {status, headers, json|body}, request: {...}}) or raw bodies named "
+        "STATUS-NAME.EXT (503-nginx.html; FILE.meta.yaml may give status, headers, request)",
+    )
+    check.add_argument("--route", help="with --config: the route whose rules to use")
+    check.add_argument(
+        "--no-default-packs", action="store_true", help="with --coverage: only PATHS' rules"
+    )
     check.set_defaults(handler=_check)
+
+    test = sub.add_parser("test", help="run rule test cases")
+    test.add_argument("paths", nargs="*", help="case files or directories (default: rules/tests/)")
+    test.add_argument("--rules", action="append", help="extra rule file for every case")
+    test.add_argument("--no-default-packs", action="store_true", help="do not load rules/ packs")
+    test.set_defaults(handler=_test)
+
+    exp = sub.add_parser("explain", help="show which rule a response matches, and why")
+    exp.add_argument("--status", type=_status, required=True, help="the upstream's status")
+    exp.add_argument("--header", action="append", help="response header 'Name: value'")
+    body = exp.add_mutually_exclusive_group()
+    body.add_argument("--body-file", help="response body (Content-Type from .json/.html/.txt/.xml)")
+    body.add_argument("--body", help="response body text")
+    exp.add_argument("--method", default="GET", help="request method (default GET)")
+    exp.add_argument("--path", default="/", help="request path (default /)")
+    exp.add_argument("--request-header", action="append", help="request header 'Name: value'")
+    exp.add_argument("--rules", action="append", help="rule file or directory (repeatable)")
+    exp.add_argument("--config", help="use this config's rules and routes")
+    exp.add_argument("--route", help="route name (default: the route whose prefix fits --path)")
+    exp.add_argument(
+        "--success-rules", action="append", help="glob of rules allowed on 2xx (no --config)"
+    )
+    exp.add_argument("--no-default-packs", action="store_true", help="do not load rules/ packs")
+    exp.add_argument("--all", action="store_true", help="also list rules for other statuses")
+    exp.add_argument("--json", action="store_true", help="print a machine-readable report")
+    exp.set_defaults(handler=_explain)
     return parser
 
 

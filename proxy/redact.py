@@ -230,8 +230,11 @@ class Redactor:
         self._scan_limit = scan_limit
 
         # --- secrets (scrub and mask) -------------------------------------------------------
-        # Each entry: kind, pattern, and which group to mask (0 = whole match).
-        self._secrets: list[tuple[str, re.Pattern[str], int]] = [
+        # Each entry: kind, pattern, the group to mask (0: the whole match; -1: the whole match
+        # when it looks random) and triggers.
+        # The triggers are lowercase substrings one of which every match contains: a pattern is
+        # only run when one is present, which keeps ``mask`` cheap on large bodies.
+        self._secrets: list[tuple[str, re.Pattern[str], int, tuple[str, ...]]] = [
             (
                 "private_key",
                 re.compile(
@@ -240,6 +243,7 @@ class Redactor:
                     r"|PuTTY-User-Key-File-\d: [^\n]{0,100}+(?:\n[^\n]{0,200}+){0,60}+"
                 ),
                 0,
+                ("private key", "putty-user-key"),
             ),
             (
                 # PHP traces print call arguments: the password is the third one
@@ -251,6 +255,7 @@ class Redactor:
                     r"'[^'\n]{0,300}',\s{0,3}'[^'\n]{0,200}',\s{0,3}'([^'\n]{1,200})'"
                 ),
                 1,
+                ("pdo", "mysql"),
             ),
             (
                 "credential_url",
@@ -259,8 +264,9 @@ class Redactor:
                     r"([^\s/@:\"'<>\[\]]{0,200}+(?::[^\s/@\"'<>]{0,200}+)?)@"
                 ),
                 1,
+                ("://",),
             ),
-            ("jwt", re.compile(r"\beyJ[\w-]{6,}+\.[\w-]{6,}+(?:\.[\w-]*+){1,3}"), 0),
+            ("jwt", re.compile(r"\beyJ[\w-]{6,}+\.[\w-]{6,}+(?:\.[\w-]*+){1,3}"), 0, ("eyj",)),
             (
                 "cloud_key",
                 re.compile(
@@ -268,6 +274,10 @@ class Redactor:
                     r"|\bAIza[\w-]{35}\b|\bya29\.[\w-]{20,}+|\bGOOG[\w]{10,}+"
                 ),
                 0,
+                (
+                    *("akia", "asia", "abia", "acca", "agpa", "aida", "aipa", "anpa", "anva"),
+                    *("aroa", "apka", "aiza", "ya29.", "goog"),
+                ),
             ),
             (
                 "secret",
@@ -284,6 +294,7 @@ class Redactor:
                     r"|\bxkeysib-[\w-]{20,}+|\bAKID[\w]{16,}+|\bnpm_\w{20,}+"
                 ),
                 0,
+                (),
             ),
             (
                 # Authorization and Cookie header echoes: the whole value, to the end of line.
@@ -294,6 +305,7 @@ class Redactor:
                     r"(\"[^\"\n]{0,2000}+\"|'[^'\n]{0,2000}+'|[^\n\"'<>}\]]{1,2000}+)"
                 ),
                 1,
+                ("authorization", "cookie", "api-key", "auth-token", "access-token"),
             ),
             (
                 "secret",
@@ -302,6 +314,7 @@ class Redactor:
                     r"([\w\-.~+/=:]{8,}+)"
                 ),
                 1,
+                ("bearer", "basic", "digest", "negotiate", "ntlm", "sso-key"),
             ),
             (
                 "secret",
@@ -315,6 +328,10 @@ class Redactor:
                     r"(\"[^\"\n]{1,500}+\"|'[^'\n]{1,500}+'|[^\s\"'&;,<>{}\[\]()]{1,500}+)"
                 ),
                 1,
+                (
+                    *("pass", "pwd", "secret", "token", "key", "credential", "signature"),
+                    *("session", "sessid", "csrf", "connect.sid"),
+                ),
             ),
             (
                 "secret",
@@ -323,8 +340,15 @@ class Redactor:
                     r"|x-amz-credential|x-goog-signature|x-goog-credential)=([^&\s\"'<>#]{1,2000}+)"
                 ),
                 1,
+                ("=",),
             ),
-            ("secret", re.compile(r"(?<![\w+/-])[A-Za-z0-9_-]{24,512}+={0,2}(?![\w+/-])"), -1),
+            (
+                # a long random-looking token of a format we don't know is a secret too
+                "secret",
+                re.compile(r"(?<![\w+/-])[A-Za-z0-9_-]{24,512}+={0,2}(?![\w+/-])"),
+                -1,
+                (),
+            ),
         ]
         self._redacted_value = re.compile(r"^[\"']?(?:\w{1,20}\s)?\[(?:redacted|masked)\]")
 
@@ -470,6 +494,7 @@ class Redactor:
             r"|\(\*\w{1,100}\)|\b0x[0-9a-fA-F]{6,16}\b|\b[\w$]{1,100}\(\)"
             r"|\$\$Lambda|\$\$Enhancer|\blambda\$"
         )
+        self._module_context = re.compile(r"(?i)\b(?:module|named|import|package|from|in)\W{1,3}$")
         self._dotted_lower = re.compile(r"\b[a-z_][\w$]{0,100}(?:\.[a-z_][\w$]{0,100}){2,30}")
         self._sql = re.compile(
             r"\b(?:SELECT|INSERT\s{1,5}INTO|UPDATE\s{1,5}\S{1,100}\s{1,5}SET|DELETE\s{1,5}FROM"
@@ -561,7 +586,10 @@ class Redactor:
         return Scrubbed(masked, _ordered(kinds))
 
     def _mask_secrets(self, text: str, token: str, kinds: list[str]) -> str:
-        for kind, pattern, group in self._secrets:
+        lowered = text.lower()
+        for kind, pattern, group, triggers in self._secrets:
+            if triggers and not any(trigger in lowered for trigger in triggers):
+                continue
             text = pattern.sub(self._secret_replacer(kind, group, token, kinds), text)
         return text
 
@@ -839,7 +867,11 @@ class Redactor:
         if position is not None:
             found.append(("exception_class", position))
         for match in self._dotted_lower.finditer(line):
-            if match.group(0).rsplit(".", 1)[-1].lower() not in _TLDS:
+            # "orders.items.qty" is a field path an agent can use; a module is only cut when
+            # it is called or named as one
+            called = line.startswith("(", match.end())
+            named = self._module_context.search(line, max(0, match.start() - 24), match.start())
+            if (called or named) and match.group(0).rsplit(".", 1)[-1].lower() not in _TLDS:
                 found.append(("exception_class", match.start()))
                 break
         return found

@@ -7,7 +7,7 @@ outcome is counted by ``Metrics.reloaded`` (through ``RuleStore.on_reload``) and
 rejection with every ``file:line`` problem.
 
 The watcher polls (no dependency, works on every filesystem and in containers with bind mounts):
-each interval it takes the (mtime, size, inode) of every rule file the settings name -- a
+each interval it takes the (mtime, size, inode, checksum) of every rule file the settings name -- a
 directory means its YAML files, so adding or removing one counts -- and when that changes it waits
 until the files stay still for ``debounce`` seconds (an editor's save in several writes is one
 reload), then reloads once.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -26,7 +27,8 @@ from proxy.engine import Engine, RuleStore
 from proxy.rulefile import RuleError
 from proxy.settings import Settings
 
-Snapshot = dict[str, tuple[int, int, int] | None]
+Signature = tuple[int, int, int, int]
+Snapshot = dict[str, Signature | None]
 
 
 def reload_rules(
@@ -55,12 +57,14 @@ def watched_paths(settings: Settings) -> list[Path]:
     return list(dict.fromkeys(paths))
 
 
-def _stat(path: Path) -> tuple[int, int, int] | None:
+def _signature(path: Path) -> Signature | None:
+    """mtime, size, inode and a checksum: two saves within one mtime tick still differ."""
     try:
         st = path.stat()
+        crc = zlib.crc32(path.read_bytes())
     except OSError:
         return None
-    return (st.st_mtime_ns, st.st_size, st.st_ino)
+    return (st.st_mtime_ns, st.st_size, st.st_ino, crc)
 
 
 def snapshot(paths: Iterable[Path]) -> Snapshot:
@@ -75,9 +79,9 @@ def snapshot(paths: Iterable[Path]) -> Snapshot:
                 continue
             for child in children:
                 if child.suffix in {".yaml", ".yml"}:
-                    out[str(child)] = _stat(child)
+                    out[str(child)] = _signature(child)
         else:
-            out[str(path)] = _stat(path)
+            out[str(path)] = _signature(path)
     return out
 
 

@@ -1,28 +1,89 @@
 """The error catalog: ``/_mend/errors`` and ``/_mend/errors/{CODE}`` on the agent port.
 
-Built from the rules in force, so every code an envelope carries has a page its ``docs_url``
-points at: what it means, whether to retry, how to repair, which rules produce it.
+Built from the rules in force (a reload shows at once), so every code an envelope carries has a
+page its ``docs_url`` points at. Each code is documented as an agent-facing error contract asks:
+severity and category, whether it is retryable, its cause, a repair recipe (fix, hint, steps), an
+example payload, related codes, stability, and which rules produce it.
+
+The example payload is the rule's own envelope, built through the proxy's path (``rewrite``) from
+the rule's ``docs.example`` upstream body when it has one, else from an empty body -- so the
+example is exactly what an agent would get for that body. Both renderings (JSON, HTML) are chosen
+by ``Accept``; the HTML escapes every value, since rule text is operator input.
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Iterable
+from pathlib import PurePath
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import orjson
 from aiohttp import web
 
-from proxy.ruleset import Rule
+from proxy.build import BuildOptions
+from proxy.envelope import Envelope
+from proxy.evaluate import recorded_exchange, rewrite
+from proxy.redact import Redactor
+from proxy.ruleset import ERROR_STATUSES, Match, Rule
+from proxy.settings import Settings
+
+BASE = "/_mend/errors"
+_EXAMPLE_METHOD, _EXAMPLE_PATH = "POST", "/example"
 
 
 class _Store(Protocol):
     @property
     def engine(self) -> Any: ...
 
+    @property
+    def settings(self) -> Settings: ...
 
-def entries(rules: Iterable[Rule]) -> dict[str, dict[str, Any]]:
-    """One entry per code; the first rule that produces a code describes it."""
+
+def _example_status(rule: Rule) -> int:
+    errors = sorted(rule.statuses & ERROR_STATUSES)
+    return errors[0] if errors else min(rule.statuses, default=500)
+
+
+def example_envelope(rule: Rule, *, own: bool = False, docs_base_url: str = "") -> Envelope | None:
+    """The envelope ``rule`` produces for its ``docs.example`` body (or an empty one).
+
+    ``own`` rules are mend's own failures: no upstream status. ``None`` when the rule cannot
+    build an envelope from the example alone (it needs variables only a real body has).
+    """
+    example = rule.docs.example if rule.docs else None
+    body = orjson.dumps(example) if example is not None else b""
+    headers = {"Content-Type": "application/json"} if example is not None else {}
+    exchange = recorded_exchange(
+        status=_example_status(rule),
+        body=body,
+        headers=headers,
+        method=_EXAMPLE_METHOD,
+        path=_EXAMPLE_PATH,
+        request_id="req_example",
+    )
+    if own:
+        exchange.status = None
+    _, found, _ = rule.test(exchange)
+    try:
+        built = rewrite(
+            Match(rule, found), exchange, Redactor(), BuildOptions(docs_base_url=docs_base_url)
+        )
+    except ValueError:  # the envelope's invariants did not hold for a placeholder exchange
+        return None
+    return built.envelope
+
+
+def _literal(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def entries(
+    rules: Iterable[Rule], own: Iterable[str] = (), docs_base_url: str = ""
+) -> dict[str, dict[str, Any]]:
+    """One entry per code, in rule order; the first rule that produces a code describes it."""
+    own_ids = set(own)
     out: dict[str, dict[str, Any]] = {}
     for rule in rules:
         env = rule.envelope
@@ -30,70 +91,233 @@ def entries(rules: Iterable[Rule]) -> dict[str, dict[str, Any]]:
         entry = out.get(code)
         if entry is None:
             docs = rule.docs
+            example = example_envelope(rule, own=rule.id in own_ids, docs_base_url=docs_base_url)
             entry = out[code] = {
                 "code": code,
+                "summary": rule.description or _literal(env.message),
                 "category": env.spec.category.value,
                 "severity": env.severity.value,
-                "action": env.action.value,
                 "retryable": env.action.value == "retry",
-                "summary": rule.description
-                or (env.message if isinstance(env.message, str) else None),
-                "cause": docs.cause if docs else None,
-                "fix": docs.fix if docs else (env.hint if isinstance(env.hint, str) else None),
-                "example": docs.example if docs else None,
+                "action": env.action.value,
+                "cause": (docs.cause if docs else None) or rule.description,
+                "repair": {
+                    "fix": (docs.fix if docs else None) or _literal(env.hint),
+                    "hint": example.hint if example else _literal(env.hint),
+                    "steps": list(example.steps) if example else [],
+                },
+                "example": None if example is None else {"error": example.as_dict()},
+                "example_upstream_body": docs.example if docs else None,
+                "related_codes": [],
                 "stability": docs.stability if docs else "stable",
-                "related_codes": list(env.spec.related_codes),
+                "generic": True,
+                "docs_url": f"{docs_base_url}{BASE}/{code}",
                 "rules": [],
             }
-        entry["rules"].append(rule.id)
+        for related in env.spec.related_codes:
+            if related not in entry["related_codes"]:
+                entry["related_codes"].append(related)
+        entry["generic"] = entry["generic"] and rule.is_fallback
+        entry["rules"].append(
+            {
+                "id": rule.id,
+                "pack": rule.pack,
+                "source": _public_source(rule.source),
+                "description": rule.description,
+                "statuses": _statuses(rule.statuses) if rule.id not in own_ids else None,
+                "action": env.action.value,
+            }
+        )
     return out
+
+
+def _public_source(source: str) -> str:
+    """``/etc/mend/rules/x.yaml:4`` -> ``x.yaml:4``: no server paths on the agent port."""
+    return PurePath(source).name
+
+
+def _statuses(codes: frozenset[int]) -> str:
+    """``{400, 422}`` -> ``"400, 422"``; runs of consecutive codes are shown as ranges."""
+    ordered = sorted(codes)
+    runs: list[tuple[int, int]] = []
+    for code in ordered:
+        if runs and code == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], code)
+        else:
+            runs.append((code, code))
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+class Catalog:
+    """The catalog of the engine in force, rebuilt only when a reload swapped the engine."""
+
+    def __init__(self, store: _Store, docs_base_url: str | None = None) -> None:
+        self.store = store
+        base = store.settings.public_url if docs_base_url is None else docs_base_url
+        self.docs_base_url = (base or "").rstrip("/")
+        self._engine: Any = None
+        self._entries: dict[str, dict[str, Any]] = {}
+
+    def entries(self) -> dict[str, dict[str, Any]]:
+        engine = self.store.engine
+        if engine is not self._engine:
+            self._entries = entries(engine.rules, engine.own, self.docs_base_url)
+            self._engine = engine
+        return self._entries
+
+
+# --- rendering ----------------------------------------------------------------------------------
+
+
+def _quality(accept: str, wanted: str) -> float:
+    best = -1.0
+    for part in accept.split(","):
+        media, *params = (p.strip() for p in part.split(";"))
+        media = media.lower()
+        if media not in (wanted, wanted.split("/", maxsplit=1)[0] + "/*", "*/*"):
+            continue
+        q = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        specificity = 0.002 if media == wanted else 0.001 if media != "*/*" else 0.0
+        best = max(best, q + specificity if q > 0 else 0.0)
+    return best
+
+
+def wants_html(accept: str | None) -> bool:
+    """HTML when ``Accept`` prefers text/html over application/json; JSON otherwise."""
+    if not accept:
+        return False
+    html_q, json_q = _quality(accept, "text/html"), _quality(accept, "application/json")
+    return html_q > 0 and html_q > json_q
+
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+_STYLE = (
+    "body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}"
+    "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3rem .6rem;"
+    "text-align:left;vertical-align:top}pre{background:#f6f6f6;padding:1rem;overflow:auto}"
+    "code{background:#f6f6f6}"
+)
 
 
 def _page(title: str, body: str) -> str:
     return (
-        "<!doctype html><html><head><meta charset='utf-8'>"
-        f"<title>{html.escape(title)}</title></head><body>{body}</body></html>"
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>{body}</body></html>"
     )
 
 
-def _wants_html(request: web.Request) -> bool:
-    accept = request.headers.get("Accept", "")
-    return "text/html" in accept and "application/json" not in accept
+def _link(code: str, known: dict[str, Any]) -> str:
+    if code in known:
+        return f"<a href='{_e(BASE + '/' + quote(code, safe=''))}'><code>{_e(code)}</code></a>"
+    return f"<code>{_e(code)}</code>"
 
 
-def catalog_routes(store: _Store) -> list[web.RouteDef]:
+def index_html(catalog: dict[str, dict[str, Any]]) -> str:
+    rows = "".join(
+        f"<tr><td>{_link(code, catalog)}</td><td>{_e(e['category'])}</td>"
+        f"<td>{_e(e['severity'])}</td><td>{'yes' if e['retryable'] else 'no'}</td>"
+        f"<td>{_e(e['action'])}</td><td>{_e(e['summary'])}</td></tr>"
+        for code, e in sorted(catalog.items())
+    )
+    table = (
+        "<h1>mend error catalog</h1>"
+        f"<p>{len(catalog)} codes. Every envelope's <code>docs_url</code> points at its page.</p>"
+        "<table><tr><th>code</th><th>category</th><th>severity</th><th>retryable</th>"
+        f"<th>action</th><th>summary</th></tr>{rows}</table>"
+    )
+    return _page("mend error catalog", table)
+
+
+def entry_html(entry: dict[str, Any], catalog: dict[str, dict[str, Any]]) -> str:
+    code = entry["code"]
+    repair = entry["repair"]
+    facts = "".join(
+        f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>"
+        for k, v in (
+            ("severity", entry["severity"]),
+            ("category", entry["category"]),
+            ("retryable", "yes" if entry["retryable"] else "no"),
+            ("action", entry["action"]),
+            ("stability", entry["stability"]),
+        )
+    )
+    steps = "".join(f"<li>{_e(s)}</li>" for s in repair["steps"])
+    related = ", ".join(_link(c, catalog) for c in entry["related_codes"]) or "none"
+    rules = "".join(
+        f"<tr><td><code>{_e(r['id'])}</code></td><td>{_e(r['source'])}</td>"
+        f"<td>{_e(r['statuses'] or 'none (mend itself)')}</td><td>{_e(r['description'])}</td></tr>"
+        for r in entry["rules"]
+    )
+    example = (
+        f"<pre>{_e(orjson.dumps(entry['example'], option=orjson.OPT_INDENT_2).decode())}</pre>"
+        if entry["example"] is not None
+        else "<p>No example: this code is built from values only a real response has.</p>"
+    )
+    upstream = entry["example_upstream_body"]
+    upstream_html = (
+        "<p>for this upstream body:</p>"
+        f"<pre>{_e(orjson.dumps(upstream, option=orjson.OPT_INDENT_2).decode())}</pre>"
+        if upstream is not None
+        else ""
+    )
+    generic = (
+        "<p><em>Only mend's built-in status fallback produces this code: no rule knows the "
+        "upstream's error format yet.</em></p>"
+        if entry["generic"]
+        else ""
+    )
+    body = (
+        f"<p><a href='{BASE}'>all codes</a></p><h1><code>{_e(code)}</code></h1>"
+        f"<p>{_e(entry['summary'])}</p>{generic}<table>{facts}</table>"
+        f"<h2>Cause</h2><p>{_e(entry['cause'] or 'Not documented.')}</p>"
+        f"<h2>Repair</h2><p>{_e(repair['fix'])}</p>"
+        f"<p>Hint: {_e(repair['hint'])}</p><ol>{steps}</ol>"
+        f"<h2>Example payload</h2>{example}{upstream_html}"
+        f"<h2>Related codes</h2><p>{related}</p>"
+        "<h2>Produced by</h2><table><tr><th>rule</th><th>source</th><th>statuses</th>"
+        f"<th>description</th></tr>{rules}</table>"
+    )
+    return _page(code, body)
+
+
+def catalog_routes(store: _Store, docs_base_url: str | None = None) -> list[web.RouteDef]:
+    """The catalog's two routes; links are relative unless ``public_url`` (or the argument) says."""
+    catalog = Catalog(store, docs_base_url)
+
     async def index(request: web.Request) -> web.Response:
-        catalog = entries(store.engine.rules)
-        if _wants_html(request):
-            rows = "".join(
-                f"<tr><td><a href='/_mend/errors/{html.escape(c)}'>{html.escape(c)}</a></td>"
-                f"<td>{html.escape(e['category'])}</td><td>{html.escape(e['action'])}</td>"
-                f"<td>{html.escape(e['summary'] or '')}</td></tr>"
-                for c, e in sorted(catalog.items())
-            )
-            table = f"<h1>mend error catalog</h1><table>{rows}</table>"
-            return web.Response(text=_page("mend error catalog", table), content_type="text/html")
+        found = catalog.entries()
+        if wants_html(request.headers.get("Accept")):
+            return web.Response(text=index_html(found), content_type="text/html")
         return web.Response(
-            body=orjson.dumps({"errors": sorted(catalog.values(), key=lambda e: e["code"])}),
+            body=orjson.dumps({"errors": sorted(found.values(), key=lambda e: e["code"])}),
             content_type="application/json",
         )
 
     async def one(request: web.Request) -> web.Response:
         code = request.match_info["code"]
-        entry = entries(store.engine.rules).get(code)
+        found = catalog.entries()
+        entry = found.get(code)
+        as_html = wants_html(request.headers.get("Accept"))
         if entry is None:
-            raise web.HTTPNotFound(
+            if as_html:
+                text = _page("not found", f"<h1>No code <code>{_e(code[:64])}</code></h1>")
+                return web.Response(status=404, text=text, content_type="text/html")
+            return web.Response(
+                status=404,
                 body=orjson.dumps({"error": f"no code {code[:64]!r} in the catalog"}),
                 content_type="application/json",
             )
-        if _wants_html(request):
-            items = "".join(
-                f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in entry.items()
-            )
-            return web.Response(
-                text=_page(code, f"<h1>{html.escape(code)}</h1><dl>{items}</dl>"),
-                content_type="text/html",
-            )
+        if as_html:
+            return web.Response(text=entry_html(entry, found), content_type="text/html")
         return web.Response(body=orjson.dumps(entry), content_type="application/json")
 
-    return [web.get("/_mend/errors", index), web.get("/_mend/errors/{code}", one)]
+    return [web.get(BASE, index), web.get(BASE + "/{code}", one)]

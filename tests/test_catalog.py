@@ -1,0 +1,190 @@
+"""The error catalog on the agent port: every code documented, JSON or HTML, after reloads too."""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+from prometheus_client import CollectorRegistry
+
+from proxy.app import APP_KEY, create_app
+from proxy.catalog import wants_html
+from proxy.logs import make_logger
+from proxy.settings import Route, Settings
+
+ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
+HOSTILE = "<script>alert('x')</script> & \"quotes\""
+HOSTILE_YAML = json.dumps(HOSTILE)  # a JSON string is a YAML double-quoted scalar
+
+ORDERS = f"""
+pack: orders
+rules:
+  - id: orders.out_of_stock
+    description: {HOSTILE_YAML}
+    when:
+      status: 409
+      json: [{{query: "error.code", equals: OUT_OF_STOCK}}]
+    vars:
+      sku: error.sku
+    envelope:
+      code: OUT_OF_STOCK
+      category: conflict
+      action: call_other_operation
+      message: "Item {{{{ sku }}}} is out of stock."
+      next_operation: "GET /api/items/{{{{ sku }}}}/alternatives"
+      related_codes: [RATE_LIMITED, NOT_IN_CATALOG]
+    docs:
+      cause: The item sold out between listing and ordering.
+      fix: Pick an alternative item and order that instead.
+      stability: beta
+      example: {{error: {{code: OUT_OF_STOCK, sku: "A-1"}}}}
+  - id: orders.rate
+    when: {{status: 429}}
+    envelope: {{code: RATE_LIMITED, category: rate_limit}}
+"""
+
+
+@pytest.fixture
+async def catalog(aiohttp_client: ClientFactory, tmp_path: Path) -> TestClient[Any, Any]:
+    """A real mend (loopback port) with an operator rule file in front of the packs."""
+    rules = tmp_path / "orders.yaml"
+    rules.write_text(ORDERS)
+    route = Route(name="default", upstream="http://127.0.0.1:9")
+    settings = Settings(routes=(route,), rules=(rules,))
+    app = create_app(settings, CollectorRegistry(), logger=make_logger(io.StringIO()))
+    return await aiohttp_client(app)
+
+
+async def get_json(client: TestClient[Any, Any], path: str) -> Any:
+    response = await client.get(path, headers={"Accept": "application/json"})
+    assert response.status == 200
+    assert response.content_type == "application/json"
+    return await response.json()
+
+
+async def test_an_entry_documents_what_an_agent_needs(catalog: TestClient[Any, Any]) -> None:
+    """Severity, category, retryable, cause, repair, example, related, stability, rules."""
+    entry = await get_json(catalog, "/_mend/errors/OUT_OF_STOCK")
+    assert (entry["severity"], entry["category"], entry["retryable"]) == (
+        "error",
+        "conflict",
+        False,
+    )
+    assert entry["cause"] == "The item sold out between listing and ordering."
+    assert entry["repair"]["fix"] == "Pick an alternative item and order that instead."
+    assert entry["related_codes"] == ["RATE_LIMITED", "NOT_IN_CATALOG"]
+    assert entry["stability"] == "beta"
+    assert [r["id"] for r in entry["rules"]] == ["orders.out_of_stock"]
+    assert entry["rules"][0]["source"] == "orders.yaml:4"  # no server path on the agent port
+    example = entry["example"]["error"]
+    assert example["message"] == "Item A-1 is out of stock."
+    assert example["next_operation"] == "GET /api/items/A-1/alternatives"
+    assert example["rule"] == "orders.out_of_stock"
+    assert entry["repair"]["steps"] == list(example["steps"])
+
+
+@pytest.mark.parametrize(
+    ("code", "retryable", "example_status"),
+    [
+        ("RATE_LIMITED", True, 429),  # no docs.example: built from an empty body
+        ("UPSTREAM_TIMEOUT", True, None),  # mend's own failure: no upstream status
+        ("OUT_OF_STOCK", False, 409),  # from the rule's docs.example
+    ],
+)
+async def test_every_code_has_an_example_envelope(
+    catalog: TestClient[Any, Any], code: str, retryable: bool, example_status: int | None
+) -> None:
+    """Rules without docs and mend's own codes still get an example payload."""
+    entry = await get_json(catalog, f"/_mend/errors/{code}")
+    example = entry["example"]["error"]
+    assert example["code"] == code
+    assert example["retryable"] is retryable
+    assert example["upstream_status"] == example_status
+    if retryable:
+        assert isinstance(example["retry_after_ms"], int)
+
+
+async def test_the_index_lists_every_code_once(catalog: TestClient[Any, Any]) -> None:
+    """The JSON index has one entry per code, sorted, including the operator's and mend's own."""
+    codes = [e["code"] for e in (await get_json(catalog, "/_mend/errors"))["errors"]]
+    assert codes == sorted(set(codes))
+    assert {"OUT_OF_STOCK", "RATE_LIMITED", "UPSTREAM_UNREACHABLE", "VALIDATION_FAILED"} <= set(
+        codes
+    )
+
+
+@pytest.mark.parametrize("path", ["/_mend/errors", "/_mend/errors/OUT_OF_STOCK"])
+async def test_html_escapes_rule_text(catalog: TestClient[Any, Any], path: str) -> None:
+    """Operator text (a hostile description) appears escaped in HTML, never as markup."""
+    response = await catalog.get(path, headers={"Accept": "text/html"})
+    assert response.status == 200
+    assert response.content_type == "text/html"
+    text = await response.text()
+    assert "<script>" not in text
+    assert html.escape(HOSTILE, quote=True) in text
+
+
+async def test_html_entry_has_every_section(catalog: TestClient[Any, Any]) -> None:
+    """The HTML page carries cause, repair steps, the example and links to related codes."""
+    response = await catalog.get("/_mend/errors/OUT_OF_STOCK", headers={"Accept": "text/html"})
+    text = await response.text()
+    for heading in ("Cause", "Repair", "Example payload", "Related codes", "Produced by"):
+        assert f"<h2>{heading}</h2>" in text
+    assert "<a href='/_mend/errors/RATE_LIMITED'>" in text
+    assert "<code>NOT_IN_CATALOG</code>" in text  # not in the catalog: not a link
+    assert "/_mend/errors/NOT_IN_CATALOG" not in text
+    assert "Item A-1 is out of stock." in text
+
+
+@pytest.mark.parametrize("accept", ["application/json", "text/html"])
+async def test_unknown_codes_are_404_in_the_asked_format(
+    catalog: TestClient[Any, Any], accept: str
+) -> None:
+    """An unknown code is a 404, in HTML or JSON as asked; HTML escapes the code it echoes."""
+    response = await catalog.get("/_mend/errors/%3Cb%3ENOPE", headers={"Accept": accept})
+    assert response.status == 404
+    assert response.content_type == accept
+    text = await response.text()
+    if accept == "text/html":
+        assert "<b>" not in text
+        assert "&lt;b&gt;NOPE" in text
+    else:
+        assert json.loads(text)["error"] == "no code '<b>NOPE' in the catalog"
+
+
+async def test_reload_shows_in_the_catalog(catalog: TestClient[Any, Any], tmp_path: Path) -> None:
+    """A reloaded rule set is what the catalog documents next, with no restart."""
+    assert (await catalog.get("/_mend/errors/TEAPOT")).status == 404
+    (tmp_path / "orders.yaml").write_text(
+        ORDERS + "  - id: orders.teapot\n    when: {status: 418}\n"
+        "    envelope: {code: TEAPOT, category: validation}\n"
+    )
+    app: web.Application = catalog.app
+    app[APP_KEY].store.reload()
+    entry = await get_json(catalog, "/_mend/errors/TEAPOT")
+    assert entry["rules"][0]["id"] == "orders.teapot"
+
+
+@pytest.mark.parametrize(
+    ("accept", "html_wanted"),
+    [
+        (None, False),
+        ("*/*", False),
+        ("application/json", False),
+        ("text/html", True),
+        ("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", True),
+        ("application/json, text/html;q=0.5", False),
+        ("text/html;q=0, */*", False),
+        ("text/*", True),
+    ],
+)
+def test_accept_chooses_html_or_json(accept: str | None, html_wanted: bool) -> None:
+    """HTML only when Accept prefers it over JSON; JSON is the default."""
+    assert wants_html(accept) is html_wanted

@@ -510,20 +510,10 @@ class Harness:
         if want_mend:
             require_mend(opts.python)
         self.start_upstream()
-        mend: Server | None = None
-        if want_mend and ({"matrix", "memory"} & set(opts.sections)):
-            mend = self.start_config("mend")
-            self.results["meta"]["mend_event_loop"] = event_loop_of(mend.proc.pid)
-            if "memory" in opts.sections:
-                self.section_memory(mend)
-        if "matrix" in opts.sections:
-            self.section_matrix({"mend": mend} if mend else {})
-        if mend is not None and "memory" in opts.sections:
-            self.section_memory_after(mend)
-        if mend is not None:
-            self.stop(mend)
+        if {"matrix", "memory"} & set(opts.sections):
+            self.guarded("matrix", self.matrix_and_memory)
         if "stream" in opts.sections:
-            self.section_stream()
+            self.guarded("stream", self.section_stream)
         for name, needs_mend, fn in (
             ("rules", True, self.section_rules),
             ("startup", False, self.section_startup),
@@ -535,9 +525,37 @@ class Harness:
             if needs_mend and not want_mend:
                 self.results[name] = {"available": False, "reason": "mend not in --only"}
                 continue
-            fn()
+            self.guarded(name, fn)
         self.results["meta"]["wall_seconds"] = round(time.monotonic() - started, 1)
         return self.results
+
+    def guarded(self, name: str, fn: Callable[[], None]) -> None:
+        """Run one section; a failure is recorded and the other sections still run."""
+        try:
+            fn()
+        except BenchError as exc:
+            self.results.setdefault("failed", {})[name] = str(exc)
+            lines = [line for line in str(exc).splitlines() if line.strip()]
+            # The first line says what failed, the last (a log's tail) usually says why.
+            why = f" ... {lines[-1].strip()}" if len(lines) > 1 else ""
+            self.note(f"section {name} failed: {lines[0] if lines else exc}{why}")
+        finally:
+            # Whatever the section started stays out of the next section's measurements.
+            for proc in [p for p in self.group.procs if p.name != "upstream"]:
+                self.group.stop(proc)
+
+    def matrix_and_memory(self) -> None:
+        opts = self.opts
+        mend: Server | None = None
+        if "mend" in opts.configs:
+            mend = self.start_config("mend")
+            self.results["meta"]["mend_event_loop"] = event_loop_of(mend.proc.pid)
+            if "memory" in opts.sections:
+                self.section_memory(mend)
+        if "matrix" in opts.sections:
+            self.section_matrix({"mend": mend} if mend else {})
+        if mend is not None and "memory" in opts.sections:
+            self.section_memory_after(mend)
 
     def close(self) -> None:
         self.group.close()
@@ -729,7 +747,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         "--only",
         type=_csv(str),
         help=f"configurations, from {','.join(MAIN_CONFIGS + EXTRA_CONFIGS)} "
-        "(default all; extras run on /ok only)",
+        "(default all; bare-debian runs on /ok only)",
     )
     p.add_argument("--paths", type=_csv(str), help=f"default {','.join(PATHS)}")
     p.add_argument("--sections", type=_csv(str), help=f"default {','.join(SECTIONS)}")
@@ -811,6 +829,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         harness.close()
     results["ratios"] = ratios(results.get("summary") or {})
+    if results.get("failed"):
+        print(f"bench: failed sections: {', '.join(results['failed'])}", file=sys.stderr)
     results["targets"] = [
         dict(zip(("target", "measured", "verdict"), row, strict=True))
         for row in report.targets(results)
@@ -822,7 +842,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if opts.write_readme:
         report.update_readme(BENCH / "README.md", markdown)
     print(f"[bench] results written to {opts.out}", file=sys.stderr)
-    return 0
+    return 1 if results.get("failed") else 0
 
 
 if __name__ == "__main__":

@@ -85,6 +85,7 @@ class ProcessGroup:
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.procs: list[Proc] = []
+        self.started = 0
 
     def start(
         self,
@@ -96,7 +97,9 @@ class ProcessGroup:
     ) -> Proc:
         if shutil.which(cmd[0]) is None and not Path(cmd[0]).exists():
             raise BenchError(f"{name}: executable {cmd[0]!r} not found")
-        log_path = self.log_dir / f"{name}.log"
+        self.started += 1
+        # One log per process: several starts of one configuration must not share a tail.
+        log_path = self.log_dir / f"{name}-{self.started}.log"
         log = log_path.open("ab")
         # Output goes to a file, not a pipe: a full pipe would stall a server that logs per
         # request and turn the benchmark into a measurement of the harness.

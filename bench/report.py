@@ -377,6 +377,10 @@ def render(results: dict[str, Any]) -> str:
     }
     if codes:
         out += ["mend's envelopes in this run: " + "; ".join(sorted(codes)), ""]
+    if results.get("failed"):
+        out += ["Failed sections:", ""]
+        out += [f"- {name}: see notes and the results JSON" for name in results["failed"]]
+        out.append("")
     if results.get("notes"):
         out += ["Notes:", "", *(f"- {n}" for n in results["notes"]), ""]
     return "\n".join(out).rstrip() + "\n"

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from bench import report, rulegen, upstream
+from bench.harness import Harness, parse_args
+from bench.procs import BenchError
 from bench.upstream import nginx_path
 from bench.wrk import parse_wrk
 
@@ -222,3 +224,21 @@ def test_targets_verdicts(
     assert verdicts[4] == memory
     assert verdicts[3] == "n/a"  # no rules section in these results
     assert "### Throughput and latency" in report.render(_results(mend_rps, 1000.0, growth))
+
+
+def test_a_failed_section_is_recorded_and_the_run_goes_on() -> None:
+    harness = Harness(parse_args(["--quick"]))
+    try:
+
+        def boom() -> None:
+            raise BenchError("mend exited with code 2 before it was ready:\nrules/x.yaml:3: bad")
+
+        harness.guarded("reload", boom)
+        harness.guarded("startup", lambda: None)
+    finally:
+        harness.close()
+    assert list(harness.results["failed"]) == ["reload"]
+    assert harness.results["notes"] == [
+        "section reload failed: mend exited with code 2 before it was ready: ... "
+        "rules/x.yaml:3: bad"
+    ]

@@ -25,6 +25,7 @@ import ipaddress
 import json
 import math
 import re
+import string
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -160,6 +161,36 @@ _DEBUG_PAGE_SIGNS = (
     "nested exception is",
     "&nbsp;&nbsp;at ",
     "&nbsp; &nbsp;at ",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Gated:
+    """A pattern run only when one of its lowercase trigger substrings is present."""
+
+    pattern: re.Pattern[str]
+    triggers: tuple[str, ...]
+
+    def search(self, subject: str, lowered: str) -> re.Match[str] | None:
+        if not any(trigger in lowered for trigger in self.triggers):
+            return None
+        return self.pattern.search(subject)
+
+
+_DB_WORDS = (
+    *("relation", "column", "duplicate", "violat", "null value", "syntax", "deadlock", "serializ"),
+    *("transaction", "authentication", "connect", "server", "too many", "slots", "database"),
+    *("canceling", "too long", "invalid input", "operator", "permission denied", "sql", "table"),
+    *("access denied", "lock", "child row", "incorrect", "invalid object", "conflicted", "login"),
+    *("network", "constraint", "integrity", "pool", "jdbc", "query", "statement", "econn"),
+    *("etimedout", "enotfound", "ehostunreach", "psycopg", "asyncpg", "pg8000", "alchemy", "pdo"),
+    *("hibernate", "npgsql", "entityframework", "activerecord", "sequelize", "prisma", "typeorm"),
+    *("knex", "mongo", "sqlite", "libpq", "odbc", "oledb", "dbapi", "redis", "jedis", "lettuce"),
+    *("hikari", "c3p0", "liquibase", "flyway", "mariadb", "oracle", "no such", "entry"),
+)
+_SQL_WORDS = (
+    *("select", "insert", "update", "delete", "merge", "replace", "upsert", "truncate", "create"),
+    *("alter", "drop", "with", "where", "from", "values"),
 )
 
 
@@ -350,7 +381,7 @@ class Redactor:
                 (),
             ),
         ]
-        self._redacted_value = re.compile(r"^[\"']?(?:\w{1,20}\s)?\[(?:redacted|masked)\]")
+        self._redacted_value = re.compile(r"^[\"']?(?:\w{1,20}\s)?\[(?:redacted|masked)")
 
         # --- connection strings (scrub: whole string) ---------------------------------------
         self._conn_url = re.compile(
@@ -479,8 +510,10 @@ class Redactor:
             r"|Error|Exception|panic)(?:\s{0,3}\[[^\]\n]{0,100}\])?(?:\s{0,3}\([^)\n]{0,100}\))?"
             r":\s{1,5}"
         )
-        self._chain_inline = re.compile(
-            r"(?i)\bcaused by\b|\bnested exception is\b|--->|\binner exception\b"
+        # The "_lower" patterns are matched against ``_ascii_lower(text)`` (same length, so the
+        # same positions): case-insensitive alternations are several times slower in ``re``.
+        self._chain_inline_lower = re.compile(
+            r"\bcaused by\b|\bnested exception is\b|--->|\binner exception\b"
             r"|\bduring handling of the above exception|\bthe above exception was\b"
             r"|\bstack ?trace\b|\btraceback\b|\bbacktrace\b"
         )
@@ -501,29 +534,32 @@ class Redactor:
             r"|MERGE\s{1,5}INTO|REPLACE\s{1,5}INTO|UPSERT|TRUNCATE\s{1,5}TABLE"
             r"|(?:CREATE|ALTER|DROP)\s{1,5}(?:TABLE|INDEX|VIEW|SCHEMA|SEQUENCE|TRIGGER|UNIQUE)"
             r"|WITH\s{1,5}\w{1,60}\s{1,5}AS\s{0,5}\()\b"
-            r"|(?i:\bselect\s{1,5}(?:\*|distinct\b|count\s{0,3}\(|[\w\"`\[\]]{1,60}\.[\w\"`\[\]*]{1,60}"
-            r"|[\w\"`]{1,60}\s{0,3},))"
-            r"|(?i:\binsert\s{1,5}into\s{1,5}[\w.\"`\[\]]{1,100})"
-            r"|(?i:\bupdate\s{1,5}[\w.\"`\[\]]{1,100}\s{1,5}set\s{1,5}[\w.\"`\[\]]{1,100}\s{0,3}=)"
-            r"|(?i:\bdelete\s{1,5}from\s{1,5}[\w.\"`\[\]]{1,100})"
-            r"|(?i:\b(?:create|alter|drop)\s{1,5}(?:table|index|view|sequence|trigger)\s)"
-            r"|(?i:\bwhere\s{1,5}[\w.\"`\[\]]{1,100}\s{0,3}(?:=|<>|!=|\bin\s{0,3}\(|\blike\b"
-            r"|\bis\s{1,5}(?:not\s{1,5})?null))"
-            r"|(?i:\bfrom\s{1,5}[\w\"`\[\]]{1,60}\.[\w\"`\[\]]{1,60}\s{1,5}(?:where|join|as)\b)"
-            r"|(?i:\bvalues\s{0,3}\(\s{0,3}(?:\$\d|\?|:\w|%s))"
+        )
+        self._sql_lower = re.compile(
+            r"\bselect\s{1,5}(?:\*|distinct\b|count\s{0,3}\(|[\w\"`\[\]]{1,60}\.[\w\"`\[\]*]{1,60}"
+            r"|[\w\"`]{1,60}\s{0,3},)"
+            r"|\binsert\s{1,5}into\s{1,5}[\w.\"`\[\]]{1,100}"
+            r"|\bupdate\s{1,5}[\w.\"`\[\]]{1,100}\s{1,5}set\s{1,5}[\w.\"`\[\]]{1,100}\s{0,3}="
+            r"|\bdelete\s{1,5}from\s{1,5}[\w.\"`\[\]]{1,100}"
+            r"|\b(?:create|alter|drop)\s{1,5}(?:table|index|view|sequence|trigger)\s"
+            r"|\bwhere\s{1,5}[\w.\"`\[\]]{1,100}\s{0,3}(?:=|<>|!=|\bin\s{0,3}\(|\blike\b"
+            r"|\bis\s{1,5}(?:not\s{1,5})?null)"
+            r"|\bfrom\s{1,5}[\w\"`\[\]]{1,60}\.[\w\"`\[\]]{1,60}\s{1,5}(?:where|join|as)\b"
+            r"|\bvalues\s{0,3}\(\s{0,3}(?:\$\d|\?|:\w|%s)"
         )
         self._db_error = re.compile(
             r"\bORA-\d{5}\b|\bPLS-\d{5}\b|\bTNS-\d{3,5}\b|\bSQLSTATE\b|\bSQL\s?[Ss]tate\b"
             r"|\bMsg \d{1,6}, Level \d{1,3}, State \d{1,4}|\b(?:DETAIL|HINT|CONTEXT|STATEMENT"
             r"|LOCATION|QUERY):\s|\bFATAL:\s|\bERROR:\s{2}|\bERROR \d{4} \(\w{5}\)"
-            r"|\(\d{4}, [\"']|\bE11000\b"
-            r"|(?i:\b(?:psycopg2?|asyncpg|pg8000|sqlalchemy|pymysql|mysqldb|mysql\.connector"
+            r"|\(\d{4}, [\"']|\bE11000\b|\b(?:PG|Mysql2|SQLite3|Sequel|PDO)::"
+        )
+        self._db_error_lower = re.compile(
+            r"\b(?:psycopg2?|asyncpg|pg8000|sqlalchemy|pymysql|mysqldb|mysql\.connector"
             r"|mysqli?|pdo|jdbc|hibernate|npgsql|sqlclient|entityframework\w{0,20}|activerecord"
             r"|sequelize|prisma|typeorm|knex|mongoose|mongoerror|mongoservererror|sqlite3?"
             r"|libpq|odbc|oledb|dbapi|redis\.exceptions|jedis|lettuce|hikari\w{0,20}"
-            r"|c3p0|liquibase|flyway|mariadb|cx_oracle|oracledb)\b)"
-            r"|\b(?:PG|Mysql2|SQLite3|Sequel|PDO)::"
-            r"|(?i:relation \"[^\"\n]{0,200}\" does not exist|column \"[^\"\n]{0,200}\""
+            r"|c3p0|liquibase|flyway|mariadb|cx_oracle|oracledb)\b"
+            r"|relation \"[^\"\n]{0,200}\" does not exist|column \"[^\"\n]{0,200}\""
             r"|duplicate key value violates"
             r"|violates (?:unique|foreign key|not-null|check|exclusion) constraint"
             r"|null value in column|syntax error at or near|deadlock detected"
@@ -548,18 +584,26 @@ class Redactor:
             r"|table or view does not exist|unique constraint \(|integrity constraint"
             r"|connection pool|jdbc connection|sql error|sql syntax|database error"
             r"|query failed|statement timeout|cannot connect to database|connection refused"
-            r"|econnrefused|etimedout|enotfound|ehostunreach|econnreset)"
+            r"|econnrefused|etimedout|enotfound|ehostunreach|econnreset"
         )
-        self._needs_work = re.compile(
-            r"[/\\@=<>{}\[\]|$#`~^*]|\w\.\w|\w:\w|:\d|\w::|\d\.\d|\b\w{20,}|\n|\t"
-            r"|(?i:\b(?:at|in|from|line|file|caused|goroutine|panic|panicked|thread|error|ora"
-            r"|sqlstate|select|insert|update|delete|where|create|drop|bearer|basic|token|secret"
-            r"|password|passwd|pwd|key|cookie|authorization|exception|trace|traceback|fatal"
-            r"|detail|hint|localhost|server|host|connection|connect|sql|query|database|table"
-            r"|column|relation|constraint|duplicate|deadlock|econnrefused|version|powered|mysql"
-            r"|postgres|redis|mongo|sk|pk|ghp|xox|akia|aiza|eyj|values|stack|backtrace"
-            r"|internal|local|corp|lan|svc|jdbc|odbc|pdo)\b)"
+        # Plain prose (short words and numbers, light punctuation) cannot hold a path, host,
+        # address, class name, key or frame; only words can start the other families. Such text
+        # skips the full pass, which matters because scrub runs on every string of an envelope.
+        self._plain = re.compile(
+            r"\s*+(?:{token}(?:\s++{token})*+)?\s*+".replace(
+                "{token}",
+                r"\(?(?:[A-Za-z]{1,15}+|\d{1,6}+|[A-Z]{1,20}+(?:_[A-Z]{1,20}+){1,5}+)"
+                r"[.,;:!?%)]{0,3}+(?!\S)",
+            )
         )
+        self._plain_words_lower = re.compile(
+            r"\b(?:bearer|basic|digest|negotiate|ntlm|token|secret|password|passwd"
+            r"|passphrase|pwd|cookie|authorization|session|sessid|credentials?|signature|csrf|key"
+            r"|localhost|caused|nested|inner|traceback|backtrace|stack|trace|panic|panicked"
+            r"|goroutine|thread|exception|fatal|uncaught|unhandled|thrown|detail|hint|context"
+            r"|statement|location|query|version|powered|exit|note)\b"
+        )
+        self._camel = re.compile(r"[a-z][A-Z]")
         self._markup = re.compile(r"(?i)<\s*(?:!doctype|html|head|body|title|div|p|pre|table|h\d"
                                   r"|br|span|center|hr|\?xml|soap|faultstring|script|style)\b")
         self._block_tag = re.compile(
@@ -574,6 +618,34 @@ class Redactor:
             r"|because|while|when|the|a|an|and|or|into|using|near|after|caused by|reason|is|was"
             r"|are|were|be|error|errors|fatal|warning|warn|exception|panic|sql|query|detail|hint)\b)?"
             r"[\s,:;(\[\-\u2014\"']*$"
+        )
+
+        self._gates: tuple[tuple[str, _Gated, bool], ...] = (
+            (
+                "exception_chain",
+                _Gated(
+                    self._chain_inline_lower,
+                    (
+                        *("caused", "nested", "--->", "inner", "during handling"),
+                        *("above exception", "stack", "traceback", "backtrace"),
+                    ),
+                ),
+                True,
+            ),
+            ("sql", _Gated(self._sql, _SQL_WORDS), False),
+            ("sql", _Gated(self._sql_lower, _SQL_WORDS), True),
+            (
+                "db_error",
+                _Gated(
+                    self._db_error,
+                    (
+                        *("ora-", "pls-", "tns-", "sql", "msg ", "detail", "hint", "context"),
+                        *("statement", "location", "query", "fatal", "error", "(", "e11000", "::"),
+                    ),
+                ),
+                False,
+            ),
+            ("db_error", _Gated(self._db_error_lower, _DB_WORDS), True),
         )
 
     # ------------------------------------------------------------------------------------------
@@ -628,7 +700,7 @@ class Redactor:
 
     def scrub(self, text: str) -> Scrubbed:
         """Cut everything internal; keep at most a short useful sentence (or a neutral one)."""
-        if not text or (len(text) <= self._max_length and not self._needs_work.search(text)):
+        if not text or self._is_plain(text):
             return Scrubbed(text)
         kinds: list[str] = []
         extracted = self._from_structured(text, kinds)
@@ -646,6 +718,18 @@ class Redactor:
         if not kinds and result == text:
             return Scrubbed(text)
         return Scrubbed(result or self._neutral, _ordered(kinds))
+
+    def _is_plain(self, text: str) -> bool:
+        return (
+            len(text) <= self._max_length
+            and self._plain.fullmatch(text) is not None
+            and not self._camel.search(text)
+            and not self._plain_words_lower.search(lowered := _ascii_lower(text))
+            and not any(
+                gate.search(lowered if on_lower else text, lowered)
+                for _, gate, on_lower in self._gates
+            )
+        )
 
     @staticmethod
     def _unescape(match: re.Match[str]) -> str:
@@ -669,13 +753,10 @@ class Redactor:
         except ValueError:
             return None
         message = _message_of(document, 0)
-        if message is None:
-            self._mask_secrets(stripped, "", kinds)
-            return ""
-        if message.strip() != stripped:
-            # everything but the message was dropped; its kinds still count for the metric
-            self._mask_secrets(stripped, "", kinds)
-        return message
+        if message is None or message.strip() != stripped:
+            # everything but the message is dropped; what it held still counts for the metric
+            self._scrub_text(self._escapes.sub(self._unescape, self._bounded(stripped)), kinds)
+        return "" if message is None else message
 
     def _is_debug_page(self, body: str) -> bool:
         lowered = body[:200_000].lower()
@@ -777,7 +858,11 @@ class Redactor:
     def _tag_with(kind: str, word: str, kinds: list[str]) -> Callable[[re.Match[str]], str]:
         def replace(match: re.Match[str]) -> str:
             kinds.append(kind)
-            return word
+            # keep the whitespace the match swallowed, or the next word would glue to ours
+            whole = match.group(0)
+            before = " " if whole[:1].isspace() else ""
+            after = " " if whole[-1:].isspace() else ""
+            return before + word + after
 
         return replace
 
@@ -847,22 +932,22 @@ class Redactor:
             head.rfind(sep) for sep in (": ", " - ", " -- ", " \u2014 ", "; ", " (", ", ", ". ",
                                           "! ", "? ", " [", ' "', " '", " <", " {")
         )
-        head = self._trim_dangling(head[: boundary + 1] if boundary >= 0 else "")
+        head = head[: boundary + 1] if boundary >= 0 else ""
+        head = self._trim_dangling(self._where_path.sub("", self._trim_dangling(head)))
         if len(head.split()) < 2:
             return ""
         return head if head[-1] in ".!?" else head + "."
 
     def _first_internals(self, line: str) -> list[tuple[str, int]]:
         found: list[tuple[str, int]] = []
-        for kind, pattern in (
-            ("exception_chain", self._chain_inline),
-            ("sql", self._sql),
-            ("db_error", self._db_error),
-            ("exception_class", self._code_ref),
-        ):
-            match = pattern.search(line)
+        lowered = _ascii_lower(line)
+        for kind, gate, on_lower in self._gates:
+            match = gate.search(lowered if on_lower else line, lowered)
             if match:
                 found.append((kind, match.start()))
+        match = self._code_ref.search(line)
+        if match:
+            found.append(("exception_class", match.start()))
         position = self._exception_class_at(line)
         if position is not None:
             found.append(("exception_class", position))
@@ -902,6 +987,15 @@ class Redactor:
         space = head.rfind(" ", 0, self._max_length - 3)
         cut = head[:space] if space > 0 else head[: self._max_length - 3]
         return cut.rstrip(" ,;:") + "..."
+
+
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def _ascii_lower(text: str) -> str:
+    """Lowercase keeping every position (``str.lower`` may lengthen some non-ASCII letters)."""
+    lowered = text.lower()
+    return lowered if len(lowered) == len(text) else text.translate(_ASCII_LOWER)
 
 
 def _message_of(document: Any, depth: int) -> str | None:

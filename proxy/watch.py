@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
@@ -27,6 +28,10 @@ from proxy.engine import Engine, RuleStore
 from proxy.rulefile import RuleError
 from proxy.settings import Settings
 
+#: One reload at a time (watcher and admin reload off the loop, SIGHUP on it): two overlapping
+#: loads could otherwise finish out of order and leave the older files' rules in force.
+_RELOADING = threading.Lock()
+
 Signature = tuple[int, int, int, int]
 Snapshot = dict[str, Signature | None]
 
@@ -36,7 +41,8 @@ def reload_rules(
 ) -> Engine | RuleError:
     """Reload and log the outcome: the new engine, or the error that kept the old one."""
     try:
-        engine = store.reload()
+        with _RELOADING:
+            engine = store.reload()
     except RuleError as exc:
         logger.error(
             "rules_reload_rejected",

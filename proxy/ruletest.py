@@ -324,11 +324,14 @@ def differences(expected: Any, got: Any, path: str = "") -> list[Difference]:
 
 # --- running ----------------------------------------------------------------------------------
 
+_NO_RULES = "the rule files this case needs do not load (problems above)"
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
     loaded: LoadedCase
     problems: tuple[str, ...]  # empty when the case passed
+    rule_problems: tuple[str, ...] = ()  # why the rules it needs do not load
 
     @property
     def passed(self) -> bool:
@@ -340,7 +343,7 @@ def run_case(loaded: LoadedCase, engines: Engines) -> Outcome:
     try:
         engine = engines.get([loaded.file.parent / r for r in case.rules], case.route.success_rules)
     except RuleError as exc:
-        return Outcome(loaded, ("the rules do not load:", *exc.problems))
+        return Outcome(loaded, (_NO_RULES,), exc.problems)
     evaluation = run_exchange(engine.routes["default"], exchange_for(case.request, case.response))
     if case.expect == "passthrough":
         if evaluation is None:
@@ -373,7 +376,9 @@ class Report:
         return not self.failed and not self.problems
 
     def lines(self) -> list[str]:
+        """Problems, then each failing case with its differences, then the summary line."""
         out = list(self.problems)
+        out.extend(dict.fromkeys(p for o in self.outcomes for p in o.rule_problems))
         for outcome in self.outcomes:
             if not outcome.passed:
                 out.append(f"{outcome.loaded.where}: {outcome.loaded.case.name}")

@@ -530,7 +530,10 @@ DEMO_DIR = REPO / "demo"
 
 async def test_demo_rule_turns_409_into_a_plan(legacy: TestServer, start_mend: Any) -> None:
     """Through real mend, demo/rules.yaml turns order_not_confirmed into call_other_operation."""
-    mend = await start_mend(legacy, route={"rules": (DEMO_DIR / "rules.yaml",)})
+    # Without the shipped packs: this is about demo/rules.yaml alone.
+    mend = await start_mend(
+        legacy, route={"rules": (DEMO_DIR / "rules.yaml",)}, default_packs=False
+    )
     resp = await mend.client.post("/api/orders/42/ship", headers={"Accept": "application/json"})
     error = (await resp.json())["error"]
     assert (resp.status, resp.headers["X-Error-Code"]) == (409, "ORDER_NOT_CONFIRMED")

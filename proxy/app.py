@@ -29,6 +29,7 @@ from proxy.evaluate import rewrite
 from proxy.exchange import Exchange
 from proxy.failures import (
     ForwardProxyRefused,
+    ProxyBug,
     ProxyFailure,
     RequestTooLarge,
     RouteNotFound,
@@ -52,6 +53,7 @@ KEPT_ON_ENVELOPES = re.compile(
 )
 _HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
 APP_KEY: web.AppKey[Proxy] = web.AppKey("mend")
+_STARTED: web.RequestKey[bool] = web.RequestKey("mend.response_started", bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,11 +141,9 @@ class Proxy:
             upstream_s = time.perf_counter() - started
             self.metrics.for_route(route_name).upstream_duration.observe(upstream_s)
         except ProxyFailure as failure:
-            response, envelope = await self._failure(request, exchange, runtime, failure)
-            self._observe(
-                exchange, response, started, upstream_s, "proxy_failure", envelope, failure
-            )
-            return response
+            return await self._fail(request, exchange, runtime, failure, started, upstream_s)
+        except Exception as exc:
+            return await self._fail(request, exchange, runtime, self._bug(exc), started, upstream_s)
 
         try:
             ruleset = self.store.engine.routes[route_name]
@@ -190,11 +190,11 @@ class Proxy:
                 time.perf_counter() - rewrite_started
             )
         except ProxyFailure as failure:
-            response, envelope = await self._failure(request, exchange, runtime, failure)
-            self._observe(
-                exchange, response, started, upstream_s, "proxy_failure", envelope, failure
-            )
-            return response
+            return await self._fail(request, exchange, runtime, failure, started, upstream_s)
+        except Exception as exc:
+            if request.get(_STARTED):  # headers already sent: nothing left to say but abort
+                raise
+            return await self._fail(request, exchange, runtime, self._bug(exc), started, upstream_s)
         finally:
             upstream.release()
         # 8. observe
@@ -260,6 +260,7 @@ class Proxy:
             status=upstream.status, reason=upstream.reason, headers=end_to_end(upstream.headers)
         )
         await response.prepare(request)
+        request[_STARTED] = True
         if head:
             await response.write(head)
         try:
@@ -353,6 +354,23 @@ class Proxy:
         if self.repeats.seen_again(fingerprint, envelope.code):
             self.metrics.repeats.labels(exchange.route, envelope.code, envelope.action.value).inc()
         return web.Response(status=http_status, body=body, headers=headers), envelope
+
+    def _bug(self, exc: Exception) -> ProxyBug:
+        self.log.exception("mend_bug", error=type(exc).__name__)
+        return ProxyBug(type(exc).__name__)
+
+    async def _fail(
+        self,
+        request: web.Request,
+        exchange: Exchange,
+        runtime: RouteRuntime | None,
+        failure: ProxyFailure,
+        started: float,
+        upstream_s: float | None,
+    ) -> web.StreamResponse:
+        response, envelope = await self._failure(request, exchange, runtime, failure)
+        self._observe(exchange, response, started, upstream_s, "proxy_failure", envelope, failure)
+        return response
 
     async def _failure(
         self,

@@ -57,6 +57,13 @@ class RouteNotFound(ProxyFailure):
     upstream = False
 
 
+class ProxyBug(ProxyFailure):
+    """mend itself failed; the agent still gets an envelope, the operator a traceback."""
+
+    rule, reason, status = "proxy.internal_error", "mend_bug", 500
+    upstream = False
+
+
 @contextmanager
 def upstream_errors() -> Iterator[None]:
     """Translate what aiohttp raises while talking to the upstream (subclasses first)."""

@@ -14,6 +14,7 @@ import brotli
 import pytest
 from aiohttp import web
 
+import proxy.app
 from proxy.settings import Route
 from tests.conftest import StartMend, StartUpstream
 
@@ -464,3 +465,29 @@ async def test_log_line_masks_secrets_in_raw_body(
     assert line["code"] == "INTERNAL_ERROR"
     assert "db error" in line["upstream_body"]
     assert "hunter2secret" not in line["upstream_body"]
+
+
+async def test_a_bug_in_mend_still_gives_an_envelope(
+    start_upstream: StartUpstream, start_mend: StartMend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception inside mend becomes PROXY_INTERNAL_ERROR, never a bare aiohttp 500 page."""
+    real = proxy.app.rewrite
+    calls: list[int] = []
+
+    def broken_once(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("simulated bug")
+        return real(*args, **kwargs)
+
+    async def missing(_: web.Request) -> web.Response:
+        return web.Response(status=404)
+
+    monkeypatch.setattr(proxy.app, "rewrite", broken_once)
+    mend = await start_mend(await start_upstream({"/m": missing}))
+    resp = await mend.client.get("/m")
+    assert resp.status == 500
+    error = (await resp.json())["error"]
+    assert error["code"] == "PROXY_INTERNAL_ERROR"
+    assert "simulated bug" not in json.dumps(error)
+    assert any(line["event"] == "mend_bug" for line in mend.log_lines())

@@ -114,3 +114,34 @@ def test_explain_names_the_failing_condition() -> None:
     assert "body ~" in by_id["t.specific"].reason
     assert by_id["t.generic"].matched
     assert "status 500" in by_id["t.json"].reason
+
+
+def _many_body_rules(count: int) -> str:
+    rules = "".join(
+        f"  - id: many.r{i}\n    when: {{status: 500, body: 'Marker{i:04d}Exception'}}\n"
+        f"    envelope: {{code: M{i}, category: internal}}\n"
+        for i in range(count)
+    )
+    return (
+        f"rules:\n{rules}  - id: many.last\n    when: {{status: 500}}\n"
+        "    envelope: {code: LAST, category: internal}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "rule"),
+    [
+        ("boom Marker0000Exception here", "many.r0"),
+        ("boom Marker0042Exception here", "many.r42"),
+        ("Marker0099Exception and Marker0003Exception", "many.r3"),  # order still decides
+        ("nothing to see", "many.last"),
+    ],
+)
+def test_body_prefilter_keeps_first_match_semantics(body: str, rule: str) -> None:
+    """With a hundred body rules on one status, the RE2 set prefilter changes speed, not results."""
+    rules = [Rule.compile(r) for r in load_rule_text(_many_body_rules(100), "m.yaml", "m")]
+    ruleset = RuleSet.build(rules)
+    assert 500 in ruleset.prefilters
+    match = ruleset.match(exchange(500, body))
+    assert match is not None
+    assert match.rule.id == rule

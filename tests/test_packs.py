@@ -1,0 +1,146 @@
+"""The shipped rule packs: every case in rules/tests/*.yaml, and the recorded-response corpus.
+
+Each case is evaluated exactly as the proxy would (``proxy.evaluate``) against the engine built from
+all default packs plus the built-in fallbacks, on a route whose ``success_rules`` the case names.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from proxy.build import BuildOptions
+from proxy.engine import Engine
+from proxy.evaluate import Evaluation, evaluate, recorded_exchange
+from proxy.redact import Redactor
+from proxy.rulefile import load_rules
+from proxy.settings import PACKAGED_RULES, Route, Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = sorted((ROOT / "rules" / "tests").glob("*.yaml"))
+CORPUS = ROOT / "tests" / "corpus" / "responses"
+
+
+@cache
+def _engine(success_rules: tuple[str, ...]) -> Engine:
+    route = Route(name="default", upstream="http://x", success_rules=success_rules)
+    return Engine.load(Settings(routes=(route,)))
+
+
+def _run(
+    response: dict[str, Any],
+    request: dict[str, Any] | None = None,
+    success_rules: tuple[str, ...] = (),
+    body: bytes | None = None,
+) -> Evaluation | None:
+    request = request or {}
+    headers = {str(k): str(v) for k, v in (response.get("headers") or {}).items()}
+    if body is None:
+        if "json" in response:
+            body = json.dumps(response["json"]).encode()
+            headers.setdefault("Content-Type", "application/json")
+        else:
+            body = str(response.get("body", "")).encode()
+    exchange = recorded_exchange(
+        status=int(response["status"]),
+        body=body,
+        headers=headers,
+        method=request.get("method", "GET"),
+        path=request.get("path", "/"),
+        request_headers=request.get("headers"),
+    )
+    ruleset = _engine(success_rules).routes["default"]
+    if not ruleset.inspects(exchange.status or 0):
+        return None
+    return evaluate(ruleset, exchange, Redactor(), BuildOptions())
+
+
+def _subset(expected: Any, actual: Any, where: str = "") -> list[str]:
+    """Why ``expected`` is not a subset of ``actual`` (dicts by key, lists element-wise)."""
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict):
+            return [f"{where or '.'}: expected an object, got {actual!r}"]
+        return [p for k, v in expected.items() for p in _subset(v, actual.get(k), f"{where}.{k}")]
+    if isinstance(expected, list):
+        if not isinstance(actual, list) or len(actual) != len(expected):
+            return [f"{where}: expected {len(expected)} items, got {actual!r}"]
+        return [
+            p
+            for i, (e, a) in enumerate(zip(expected, actual, strict=True))
+            for p in _subset(e, a, f"{where}[{i}]")
+        ]
+    if expected != actual:
+        return [f"{where}: expected {expected!r}, got {actual!r}"]
+    return []
+
+
+def _cases() -> list[Any]:
+    out = []
+    for file in CASES:
+        for case in yaml.safe_load(file.read_text(encoding="utf-8"))["cases"]:
+            out.append(pytest.param(case, id=f"{file.stem}: {case['name']}"))
+    return out
+
+
+def test_packs_load() -> None:
+    """Every shipped pack validates, and every pack names itself."""
+    rules = load_rules([PACKAGED_RULES])
+    assert rules
+    assert all(not r.pack[:1].isdigit() for r in rules)
+
+
+def test_every_pack_has_cases() -> None:
+    """Each pack file has a test file with at least three cases, one of them a near miss."""
+    for pack in sorted(PACKAGED_RULES.glob("*.yaml")):
+        cases = yaml.safe_load((PACKAGED_RULES / "tests" / pack.name).read_text())["cases"]
+        assert len(cases) >= 3, pack.name
+        rules = {r.spec.id for r in load_rules([pack])}
+        hit = {c["expect"].get("rule") for c in cases if isinstance(c["expect"], dict)}
+        assert any(
+            c["expect"] == "passthrough" or c["expect"].get("rule") not in rules for c in cases
+        ), f"{pack.name}: no near-miss case"
+        assert hit & rules, f"{pack.name}: no case hits the pack"
+
+
+@pytest.mark.parametrize("case", _cases())
+def test_case(case: dict[str, Any]) -> None:
+    """A pack test case: the envelope holds every expected value, or the response passes through."""
+    success_rules = tuple((case.get("route") or {}).get("success_rules") or ())
+    result = _run(case["response"], case.get("request"), success_rules)
+    if case["expect"] == "passthrough":
+        assert result is None, f"rewritten by {result.match.rule.id if result else ''}"
+        return
+    assert result is not None, "passed through"
+    envelope = result.envelope.as_dict()
+    problems = _subset(case["expect"], envelope)
+    assert not problems, "\n".join(problems) + "\n" + json.dumps(envelope, indent=1)
+
+
+def _corpus() -> list[Any]:
+    manifest = yaml.safe_load((CORPUS / "manifest.yaml").read_text(encoding="utf-8"))
+    return [pytest.param(entry, id=entry["file"]) for entry in manifest["responses"]]
+
+
+@pytest.mark.parametrize("entry", _corpus())
+def test_corpus(entry: dict[str, Any]) -> None:
+    """A recorded real-world response gets the right category, retryability and fields."""
+    body = (CORPUS / entry["file"]).read_bytes()
+    response = {"status": entry["status"], "headers": entry.get("headers") or {}}
+    result = _run(response, entry.get("request"), tuple(entry.get("success_rules") or ()), body)
+    expect = entry["expect"]
+    if expect == "passthrough":
+        assert result is None, f"rewritten by {result.match.rule.id if result else ''}"
+        return
+    assert result is not None, "passed through"
+    env = result.envelope
+    got = {"category": env.category.value, "retryable": env.retryable, "rule": env.rule}
+    assert (got["category"], got["retryable"]) == (expect["category"], expect["retryable"]), got
+    if "fields" in expect:
+        assert [f.field for f in env.invalid_fields] == expect["fields"], env.invalid_fields
+    if "retry_after_ms" in expect:
+        assert env.retry_after_ms == expect["retry_after_ms"]

@@ -53,6 +53,8 @@ KEPT_ON_ENVELOPES = re.compile(
 )
 _HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
 APP_KEY: web.AppKey[Proxy] = web.AppKey("mend")
+#: Success bodies up to this size are read whole and sent in one write.
+_SMALL_BODY = 64 << 10
 _STARTED: web.RequestKey[bool] = web.RequestKey("mend.response_started", bool)
 
 
@@ -256,6 +258,18 @@ class Proxy:
         limit = self.settings.response_body_max_bytes
         if limit is not None and (upstream.content_length or 0) > limit:
             raise UpstreamResponseTooLarge(f"Content-Length {upstream.content_length} > {limit}")
+        length = upstream.content_length
+        if (
+            not head
+            and length is not None
+            and length <= _SMALL_BODY
+            and request.method != "HEAD"
+            and upstream.status not in (204, 304)
+        ):
+            # one write for headers and body instead of three: most API answers are this small
+            with upstream_errors():
+                body = await upstream.read()
+            return await self._send_buffered(request, upstream, body)
         response = web.StreamResponse(
             status=upstream.status, reason=upstream.reason, headers=end_to_end(upstream.headers)
         )

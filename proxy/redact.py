@@ -111,6 +111,25 @@ _PATH_TELLTALES = (
 )
 
 _EXC_SUFFIX = r"(?:Exception|Error|Fault|Throwable|Panic)"
+_PROGRAMMING_ERRORS = frozenset(
+    {
+        *("KeyError", "AttributeError", "NameError", "IndexError", "UnboundLocalError"),
+        *("ImportError", "ModuleNotFoundError", "RecursionError", "AssertionError"),
+        *("NotImplementedError", "SyntaxError", "ZeroDivisionError", "ReferenceError"),
+        *("TypeError", "NullPointerException", "NullReferenceException", "ClassCastException"),
+        *("ArrayIndexOutOfBoundsException", "IndexOutOfBoundsException", "NoMethodError"),
+        *("NoSuchMethodError", "NoSuchFieldError", "ClassNotFoundException", "LinkageError"),
+        *("NoClassDefFoundError", "StackOverflowError", "OutOfMemoryError", "IllegalAccessError"),
+        *("InvalidCastException", "IndexOutOfRangeException", "KeyNotFoundException"),
+        *("ArgumentNullException", "UnsupportedOperationException"),
+        *("ConcurrentModificationException", "ExceptionInInitializerError"),
+        *("UninitializedPropertyAccessException", "NameErrorException"),
+        *("FrozenError", "LocalJumpError", "ArgumentError", "SystemStackError", "ParseError"),
+    }
+)
+_WORDS_AFTER_CONNECT = frozenset(
+    {"the", "a", "an", "server", "database", "host", "service", "upstream", "backend", "it"}
+)
 
 # A markup document whose text is a framework's debug page: the whole page is replaced.
 _DEBUG_PAGE_SIGNS = (
@@ -212,15 +231,24 @@ def _entropy(token: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
+_PUBLIC_ID = re.compile(
+    # object ids agents are meant to see (Stripe-style prefixes, UUIDs)
+    r"(?:ch|cus|pi|pm|seti|in|sub|prod|price|evt|txn|re|po|acct|card|src|file|si|cs|ii|il|ba"
+    r"|py|tr|ipi|cn|dp|du|req|ord|inv|usr|org|prj|item|sku)_[A-Za-z0-9]{6,40}"
+    r"|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
+
+
 def _looks_random(token: str) -> bool:
-    """A long token mixing cases and digits with high entropy: a key of a format we don't know."""
-    return (
-        len(token) >= 24
-        and any(c.isupper() for c in token)
-        and any(c.islower() for c in token)
-        and sum(c.isdigit() for c in token) >= 2
-        and _entropy(token) >= 3.6
-    )
+    """A long high-entropy token of letters and digits: a key of a format we don't know."""
+    if _PUBLIC_ID.fullmatch(token):
+        return False
+    digits = sum(c.isdigit() for c in token)
+    letters = sum(c.isalpha() for c in token)
+    mixed_case = any(c.isupper() for c in token) and any(c.islower() for c in token)
+    if len(token) >= 24 and mixed_case and digits >= 2:
+        return _entropy(token) >= 3.6
+    return len(token) >= 32 and digits >= 4 and letters >= 4 and _entropy(token) >= 3.3
 
 
 def _ip_kind(candidate: str) -> str | None:
@@ -408,8 +436,27 @@ class Redactor:
         self._internal_suffix = re.compile(
             r"(?i)(?<![\w.+-])(?:[\w.+-]{1,64}@)?(?:[a-z0-9_-]{1,63}\.){0,10}[a-z0-9_-]{1,63}"
             r"\.(?:internal|local|localdomain|lan|corp|intranet|intra|private|home\.arpa|localhost"
-            r"|consul|svc|cluster\.local|docker|k8s|kube|test|invalid|nip\.io|priv|infra|onprem)"
+            r"|consul|svc|cluster\.local|docker|k8s|kube|test|invalid|nip\.io|priv|infra|onprem"
+            # cloud infrastructure: databases, caches, load balancers, app hosts
+            r"|amazonaws\.com|windows\.net|azurewebsites\.net|cloudapp\.net|mongodb\.net"
+            r"|herokuapp\.com|appspot\.com|run\.app|cloudfunctions\.net|supabase\.co"
+            r"|neon\.tech|redis-cloud\.com|redislabs\.com|elastic-cloud\.com|cloud\.es\.io)"
             r"(?![\w-])(?::\d{1,5})?"
+        )
+        # host names a resolver or a connection error names: internal, whatever they look like
+        self._dns_host = re.compile(
+            r"(?i)(?:\blookup\s{1,3}|\bdial\s{1,3}(?:tcp|udp)\s{1,3}"
+            r"|could not translate host name\s"
+            r"|unknown host(?:exception)?:?\s{1,3}|could not resolve(?: host)?:?\s{1,3}"
+            r"|name could not be resolved:?\s{1,3}|getaddrinfo(?: \w{1,20})?\s{1,3}"
+            r"|\bhost\s{0,3}=\s{0,3}|\bconnect(?:ing|ion)?\s{1,3}to\s{1,3}(?:host\s{1,3})?"
+            r"|\breach(?:ing)?\s{1,3}|\bresolv(?:e|ing)\s{1,3})"
+            r"[\[(\"']?([a-z0-9][\w-]{0,62}+(?:\.[\w-]{1,63}+){0,10}+)"
+            r"|\b([a-z0-9][\w-]{0,62}+(?:\.[\w-]{1,63}+){0,10}+):\s{0,3}(?:name or service not"
+            r" known|nodename nor servname|temporary failure in name resolution|no address assoc)"
+        )
+        self._arn = re.compile(
+            r"\barn:aws[\w-]{0,20}:[\w-]{0,40}:[\w-]{0,30}:\d{0,12}:[^\s\"'<>,;)]{1,500}"
         )
         self._localhost = re.compile(r"(?i)\blocalhost\b(?::\d{1,5})?")
         self._host_port = re.compile(
@@ -432,6 +479,10 @@ class Redactor:
             r"(?::\d{1,6}(?::\d{1,6})?|\(\d{1,6}\))?"
         )
         self._root_path = re.compile(rf"^/(?:{_PATH_ROOTS})/")
+        # "/data/attributes/qty" is a JSON:API pointer an agent needs, not a directory
+        self._json_api_pointer = re.compile(
+            r"^/data(?:/\d{1,9})?/(?:attributes|relationships|id|type|meta|links)(?:/|$)"
+        )
         self._source_file = re.compile(rf"\.(?:{_SOURCE_EXT})(?::\d{{1,6}}){{0,2}}$")
         self._rel_path = re.compile(
             rf"(?<![\w./~\\-])(?:[\w.@+-]{{1,100}}+/){{1,30}}+[\w.@+-]{{0,100}}\.(?:{_SOURCE_EXT})"
@@ -517,6 +568,9 @@ class Redactor:
             r"|\bduring handling of the above exception|\bthe above exception was\b"
             r"|\bstack ?trace\b|\btraceback\b|\bbacktrace\b"
         )
+        self._exc_name = re.compile(
+            rf"\w{{0,100}}{_EXC_SUFFIX}|\w{{1,100}}(?=\s{{0,3}}(?:\(|\[|:))"
+        )
         self._exc_suffix = re.compile(_EXC_SUFFIX + r"\b")
         self._code_ref = re.compile(
             r"\b(?:[a-z_$][\w$]{0,100}\.){1,30}[A-Z][\w$]{0,100}"
@@ -551,7 +605,7 @@ class Redactor:
             r"\bORA-\d{5}\b|\bPLS-\d{5}\b|\bTNS-\d{3,5}\b|\bSQLSTATE\b|\bSQL\s?[Ss]tate\b"
             r"|\bMsg \d{1,6}, Level \d{1,3}, State \d{1,4}|\b(?:DETAIL|HINT|CONTEXT|STATEMENT"
             r"|LOCATION|QUERY):\s|\bFATAL:\s|\bERROR:\s{2}|\bERROR \d{4} \(\w{5}\)"
-            r"|\(\d{4}, [\"']|\bE11000\b|\b(?:PG|Mysql2|SQLite3|Sequel|PDO)::"
+            r"|\(\d{4}, [\"']|\bE11000\b|\b(?:PG|Mysql2|SQLite3|Sequel|PDO)::|\bpq:\s"
         )
         self._db_error_lower = re.compile(
             r"\b(?:psycopg2?|asyncpg|pg8000|sqlalchemy|pymysql|mysqldb|mysql\.connector"
@@ -576,7 +630,7 @@ class Redactor:
             r"|can't connect to (?:local )?mysql|deadlock found when trying"
             r"|lock wait timeout exceeded|cannot add or update a child row"
             r"|data too long for column|incorrect (?:integer|string|datetime|decimal) value"
-            r"|invalid object name '|cannot insert duplicate key"
+            r"|invalid object name '|invalid column name '|cannot insert duplicate key"
             r"|violation of (?:primary|unique) key"
             r"|conflicted with the (?:foreign key|check|reference)|login failed for user"
             r"|a network-related or instance-specific error|no such table|no such column"
@@ -819,6 +873,8 @@ class Redactor:
         line = self._conn_kv.sub(self._tag_with("connection_string", _DB_WORD, kinds), line)
         line = self._url.sub(self._internal_url(kinds), line)
         line = self._internal_suffix.sub(self._tag_with("internal_host", _HOST_WORD, kinds), line)
+        line = self._dns_host.sub(self._dns_replacer(kinds), line)
+        line = self._arn.sub(self._tag_with("internal_host", "an internal resource", kinds), line)
         line = self._localhost.sub(self._tag_with("internal_host", _HOST_WORD, kinds), line)
         line = self._ipv4.sub(self._ip_replacer(kinds), line)
         line = self._ipv6.sub(self._ip_replacer(kinds), line)
@@ -848,6 +904,11 @@ class Redactor:
             if not match:
                 break
             kinds.append("exception_class")
+            name = self._exc_name.search(match.group(0))
+            if name and name.group(0) in _PROGRAMMING_ERRORS:
+                # the message of a programming error is about code (a key, an attribute, a
+                # null field), never about the request: nothing in it helps an agent
+                return ""
             line = line[match.end() :]
         return line
 
@@ -881,14 +942,35 @@ class Redactor:
 
         return replace
 
+    def _dns_replacer(self, kinds: list[str]) -> Callable[[re.Match[str]], str]:
+        def replace(match: re.Match[str]) -> str:
+            group = 1 if match.group(1) is not None else 2
+            name = match.group(group)
+            if name.lower() in _WORDS_AFTER_CONNECT or _ip_kind(name) is not None or (
+                "." not in name and not _SERVICE_LABEL.search(name)
+            ):
+                return match.group(0)
+            kinds.append("internal_host")
+            start = match.start(group) - match.start(0)
+            end = match.end(group) - match.start(0)
+            whole = match.group(0)
+            return whole[:start] + _HOST_WORD + whole[end:]
+
+        return replace
+
     @staticmethod
     def _ip_replacer(kinds: list[str]) -> Callable[[re.Match[str]], str]:
         def replace(match: re.Match[str]) -> str:
-            kind = _ip_kind(match.group(1))
+            candidate = match.group(1)
+            kind = _ip_kind(candidate)
+            tail = ""
+            if kind is None and candidate.endswith(":") and match.group(0).endswith(candidate):
+                # "fd00::1: refused": the colon is the message's, not the address's
+                kind, tail = _ip_kind(candidate[:-1]), ":"
             if kind is None:
                 return match.group(0)
             kinds.append(kind)
-            return _ADDRESS_WORD
+            return _ADDRESS_WORD + tail
 
         return replace
 
@@ -906,6 +988,8 @@ class Redactor:
         def replace(match: re.Match[str]) -> str:
             path = match.group(0)
             if path.count("/") < 2 and not path.startswith("~"):
+                return path
+            if self._json_api_pointer.match(path):
                 return path
             if (
                 path.startswith("~/")

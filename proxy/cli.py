@@ -4,30 +4,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
-from aiohttp import web
 
 try:  # optional: a faster event loop where it is installed (the `speed` extra)
     import uvloop
 except ImportError:  # pragma: no cover - exercised only where uvloop is absent
     uvloop = None  # type: ignore[assignment]
-from prometheus_client import CollectorRegistry
 
 from proxy import __version__, ruletest
 from proxy import explain as explaining
-from proxy.admin import create_admin_app
-from proxy.app import APP_KEY, create_app
 from proxy.engine import Engine
-from proxy.logs import make_logger
 from proxy.rulefile import RuleError, load_rules, rule_files
 from proxy.ruleset import RuleSet
-from proxy.settings import PACKAGED_RULES, Settings, load_settings, parse_hostport
-from proxy.watch import RuleWatcher, reload_rules
+from proxy.server import serve
+from proxy.settings import PACKAGED_RULES, Settings, load_settings
+from proxy.workers import run_workers
 
 
 def _settings_from_args(args: argparse.Namespace) -> Settings:
@@ -61,44 +56,9 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
         raise SystemExit(f"mend run: {exc}") from None
 
 
-async def _serve(settings: Settings) -> None:
-    registry = CollectorRegistry()
-    logger = make_logger()
-    app = create_app(settings, registry, logger=logger)
-    store = app[APP_KEY].store
-    admin = create_admin_app(store, registry, logger)
-    runners = [web.AppRunner(app, access_log=None), web.AppRunner(admin, access_log=None)]
-    for runner in runners:
-        await runner.setup()
-    for runner, address in zip(runners, (settings.listen, settings.admin_listen), strict=True):
-        host, port = parse_hostport(address)
-        await web.TCPSite(runner, host, port, backlog=1024).start()
-    logger.info(
-        "started",
-        version=__version__,
-        listen=settings.listen,
-        admin_listen=settings.admin_listen,
-        rules=store.engine.rule_count,
-        routes=[r.name for r in settings.routes],
-    )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-
-    def _reload() -> None:
-        reload_rules(store, logger, "SIGHUP")
-
-    loop.add_signal_handler(signal.SIGHUP, _reload)
-    watcher = RuleWatcher(store, logger) if settings.watch_rules else None
-    if watcher is not None:
-        watcher.start()
-    await stop.wait()
-    logger.info("stopping")
-    if watcher is not None:
-        await watcher.stop()
-    for runner in reversed(runners):
-        await runner.cleanup()
+def install_uvloop() -> None:
+    if uvloop is not None:
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -109,9 +69,11 @@ def _run(args: argparse.Namespace) -> int:
         print("\n".join(exc.problems), file=sys.stderr)
         print("mend: not starting: fix the rule or config errors above", file=sys.stderr)
         return 2
-    if uvloop is not None:
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    asyncio.run(_serve(settings))
+    if settings.workers > 1:
+        run_workers(settings)
+        return 0
+    install_uvloop()
+    asyncio.run(serve(settings))
     return 0
 
 
@@ -237,6 +199,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--listen", help="HOST:PORT for agents (default 127.0.0.1:8080)")
     run.add_argument("--admin-listen", help="HOST:PORT for /metrics etc. (default 127.0.0.1:9464)")
     run.add_argument("--config", help="YAML config with routes to several upstreams")
+    run.add_argument(
+        "--workers", type=int, help="processes sharing the agent port (SO_REUSEPORT); default 1"
+    )
     run.add_argument("--no-default-packs", action="store_true", help="do not load rules/ packs")
     run.set_defaults(handler=_run)
 

@@ -1,0 +1,66 @@
+"""Serving: the listeners, signals and the rule watcher of one mend process.
+
+One process serves both ports. Under ``--workers N`` (``proxy/workers.py``) each worker serves
+only the agent port, sharing it through SO_REUSEPORT, and the supervisor serves the admin port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from proxy import __version__
+from proxy.admin import create_admin_app
+from proxy.app import APP_KEY, create_app
+from proxy.logs import make_logger
+from proxy.settings import Settings, parse_hostport
+from proxy.watch import RuleWatcher, reload_rules
+
+
+async def wait_for_stop() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def serve(settings: Settings, *, worker: bool = False) -> None:
+    """Run until SIGINT/SIGTERM. A worker shares the agent port and leaves admin to its parent."""
+    registry = CollectorRegistry()
+    logger = make_logger()
+    app = create_app(settings, registry, logger=logger)
+    store = app[APP_KEY].store
+    sites: list[tuple[web.AppRunner, str]] = [
+        (web.AppRunner(app, access_log=None), settings.listen)
+    ]
+    if not worker:
+        admin = create_admin_app(store, registry, logger)
+        sites.append((web.AppRunner(admin, access_log=None), settings.admin_listen))
+    for runner, address in sites:
+        await runner.setup()
+        host, port = parse_hostport(address)
+        await web.TCPSite(runner, host, port, backlog=1024, reuse_port=worker or None).start()
+    logger.info(
+        "started",
+        version=__version__,
+        listen=settings.listen,
+        admin_listen=None if worker else settings.admin_listen,
+        worker=worker or None,
+        rules=store.engine.rule_count,
+        routes=[r.name for r in settings.routes],
+    )
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGHUP, lambda: reload_rules(store, logger, "SIGHUP"))
+    watcher = RuleWatcher(store, logger) if settings.watch_rules else None
+    if watcher is not None:
+        watcher.start()
+    await wait_for_stop()
+    logger.info("stopping")
+    if watcher is not None:
+        await watcher.stop()
+    for runner, _ in reversed(sites):
+        await runner.cleanup()

@@ -1,0 +1,155 @@
+"""``mend run --workers N``: N processes share the agent port; the parent supervises.
+
+Each worker is a whole proxy on the agent port, opened with SO_REUSEPORT so the kernel spreads
+connections across them. The parent serves the admin port: ``/metrics`` aggregates every worker's
+metrics through prometheus-client's multiprocess mode, ``/-/reload`` validates the rules once and
+then signals each worker to reload, and a worker that dies is started again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import shutil
+import signal
+import tempfile
+from multiprocessing.process import BaseProcess
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, multiprocess
+from prometheus_client.aiohttp import make_aiohttp_handler
+from structlog.typing import FilteringBoundLogger
+
+from proxy.engine import Engine
+from proxy.logs import make_logger
+from proxy.rulefile import RuleError
+from proxy.settings import Settings, parse_hostport
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def _worker_main(settings_json: str) -> None:
+    """Entry point of one worker process (spawned, so it imports everything afresh)."""
+    from proxy.cli import install_uvloop  # noqa: PLC0415 - in the child, after the env is set
+    from proxy.server import serve  # noqa: PLC0415
+
+    install_uvloop()
+    asyncio.run(serve(Settings.model_validate_json(settings_json), worker=True))
+
+
+class Supervisor:
+    def __init__(self, settings: Settings, logger: FilteringBoundLogger, metrics_dir: str) -> None:
+        self.settings = settings
+        self.log = logger
+        self.metrics_dir = metrics_dir
+        self.context = multiprocessing.get_context("spawn")
+        self.workers: list[BaseProcess] = []
+        self.stopping = False
+
+    def start_worker(self) -> BaseProcess:
+        process = self.context.Process(
+            target=_worker_main, args=(self.settings.model_dump_json(),), daemon=False
+        )
+        process.start()
+        self.log.info("worker_started", pid=process.pid)
+        return process
+
+    def signal_all(self, sig: signal.Signals) -> None:
+        for process in self.workers:
+            if process.pid is not None and process.is_alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, sig)
+
+    async def keep_alive(self) -> None:
+        """Replace workers that die, so one crash does not shrink the pool for good."""
+        while not self.stopping:
+            await asyncio.sleep(1)
+            for index, process in enumerate(self.workers):
+                if not process.is_alive() and not self.stopping:
+                    self.log.error("worker_died", pid=process.pid, exitcode=process.exitcode)
+                    if process.pid is not None:
+                        multiprocess.mark_process_dead(process.pid, self.metrics_dir)  # type: ignore[no-untyped-call]
+                    self.workers[index] = self.start_worker()
+
+    async def stop(self) -> None:
+        self.stopping = True
+        self.signal_all(signal.SIGTERM)
+        for process in self.workers:
+            await asyncio.to_thread(process.join, 15)
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+    def admin_app(self) -> web.Application:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=self.metrics_dir)  # type: ignore[no-untyped-call]
+
+        async def healthz(_: web.Request) -> web.Response:
+            return web.json_response({"status": "ok"})
+
+        async def readyz(_: web.Request) -> web.Response:
+            alive = sum(p.is_alive() for p in self.workers)
+            ready = alive == len(self.workers)
+            return web.json_response(
+                {"status": "ready" if ready else "degraded", "workers": alive},
+                status=200 if ready else 503,
+            )
+
+        async def reload(_: web.Request) -> web.Response:
+            try:
+                engine = await asyncio.to_thread(Engine.load, self.settings)
+            except RuleError as exc:
+                self.log.error(
+                    "rules_reload_rejected", trigger="admin", problems=list(exc.problems)
+                )
+                return web.json_response(
+                    {"status": "rejected", "problems": list(exc.problems)}, status=422
+                )
+            self.signal_all(signal.SIGHUP)
+            return web.json_response(
+                {"status": "reloaded", "rules": engine.rule_count, "workers": len(self.workers)}
+            )
+
+        app = web.Application()
+        app.router.add_get("/metrics", make_aiohttp_handler(registry))
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", readyz)
+        app.router.add_post("/-/reload", reload)
+        return app
+
+    async def run(self) -> None:
+        self.workers = [self.start_worker() for _ in range(self.settings.workers)]
+        runner = web.AppRunner(self.admin_app(), access_log=None)
+        await runner.setup()
+        host, port = parse_hostport(self.settings.admin_listen)
+        await web.TCPSite(runner, host, port).start()
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, lambda: self.signal_all(signal.SIGHUP))
+        self.log.info(
+            "supervisor_started",
+            workers=self.settings.workers,
+            listen=self.settings.listen,
+            admin_listen=self.settings.admin_listen,
+        )
+        guard = asyncio.create_task(self.keep_alive())
+        await stop.wait()
+        self.log.info("stopping")
+        await self.stop()
+        guard.cancel()
+        await runner.cleanup()
+
+
+def run_workers(settings: Settings) -> None:
+    """Supervise ``settings.workers`` worker processes until SIGINT/SIGTERM."""
+    metrics_dir = tempfile.mkdtemp(prefix="mend-metrics-")
+    # set before any worker starts: prometheus-client picks its value store at import time
+    os.environ[MULTIPROC_ENV] = metrics_dir
+    try:
+        asyncio.run(Supervisor(settings, make_logger(), metrics_dir).run())
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)

@@ -119,21 +119,30 @@ class Metrics:
         self.reloads = Counter(
             "mend_rule_reloads", "Rule reloads, by result.", ["result"], registry=registry
         )
-        self.rules_loaded = Gauge("mend_rules_loaded", "Rules in force.", registry=registry)
+        # multiprocess_mode says how --workers combines one gauge from several processes
+        self.rules_loaded = Gauge(
+            "mend_rules_loaded", "Rules in force.", registry=registry, multiprocess_mode="livemax"
+        )
         self.last_reload_success = Gauge(
             "mend_rules_last_reload_success_timestamp_seconds",
             "When rules were last loaded successfully.",
             registry=registry,
+            multiprocess_mode="livemax",
         )
         self.last_reload_ok = Gauge(
             "mend_rules_last_reload_successful",
             "Whether the last attempt to load rules succeeded (1) or failed (0).",
             registry=registry,
+            multiprocess_mode="livemin",  # one worker that failed to reload is a failure
         )
         self._routes: dict[str, RouteMetrics] = {}
-        Gauge("mend_build_info", "mend's version.", ["version"], registry=registry).labels(
-            __version__
-        ).set(1)
+        Gauge(
+            "mend_build_info",
+            "mend's version.",
+            ["version"],
+            registry=registry,
+            multiprocess_mode="livemax",
+        ).labels(__version__).set(1)
 
     def for_route(self, route: str) -> RouteMetrics:
         """Label children for one route, resolved once: ``labels()`` is not free per request."""

@@ -93,3 +93,16 @@ def test_reload_reaches_every_worker_and_sigterm_stops_all(
     output = proc.stdout.read().decode() if proc.stdout else ""
     assert output.count('"event":"rules_reloaded"') == 2
     assert output.count('"worker":true') == 2
+
+
+def test_gauges_are_combined_not_listed_per_process(
+    workers: tuple[subprocess.Popen[bytes], str, str],
+) -> None:
+    """Reload gauges come out once (no pid label), however many workers there are."""
+    _, _, admin = workers
+    with urllib.request.urlopen(f"{admin}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    lines = [line for line in text.splitlines() if line.startswith("mend_rules_loaded")]
+    assert len(lines) == 1
+    assert "pid=" not in lines[0]
+    assert float(lines[0].rsplit(" ", 1)[1]) > 100

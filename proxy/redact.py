@@ -131,21 +131,24 @@ _WORDS_AFTER_CONNECT = frozenset(
     {"the", "a", "an", "server", "database", "host", "service", "upstream", "backend", "it"}
 )
 
-# A markup document whose text is a framework's debug page: the whole page is replaced.
+# Phrases only a framework's debug page (HTML or its plain-text twin) contains: such a body is
+# replaced whole, because it dumps settings, environment and source next to the trace.
 _DEBUG_PAGE_SIGNS = (
-    "you're seeing this error because you have <code>debug = true</code>",
+    "you're seeing this error because you have",
     "you&#39;re seeing this error because you have",
     "you&#x27;re seeing this error because you have",
     "django version:",
-    "exception value:",
+    "installed applications:",
+    "installed middleware:",
+    "request information:",
+    "python executable:",
+    "exception location:",
     "werkzeug debugger",
     "the debugger caught an exception in your wsgi application",
     "__debugger__",
     "whoops! there was an error",
     "whoops container",
     "window.ignite",
-    "ignition",
-    "illuminate\\",
     "server error in '/",
     "server error in &#39;/",
     "an unhandled exception occurred while processing the request",
@@ -158,28 +161,34 @@ _DEBUG_PAGE_SIGNS = (
     "framework trace",
     "rails.root:",
     "better_errors",
-    "apache tomcat",
-    "exception report",
-    "<b>root cause</b>",
-    "root cause",
     "whitelabel error page",
     "powered by jetty",
     "xdebug-error",
+    "symfony exception",
+    "a php error was encountered",
+    "phoenix.router.noroute",
+)
+# In a markup document these say "debug page" too; in plain text they are a trace, which the
+# line-by-line pass handles.
+_DEBUG_MARKUP_SIGNS = (
+    "ignition",
+    "illuminate\\",
+    "apache tomcat",
+    "exception report",
+    "root cause",
     "stack trace:",
     "stacktrace",
     "call stack",
     "traceback (most recent call last)",
-    "symfony exception",
     "sf-dump",
     "exception-message",
-    "a php error was encountered",
-    "phoenix.router",
     "play.api.",
     "backtrace",
     "caused by:",
     "nested exception is",
     "&nbsp;&nbsp;at ",
     "&nbsp; &nbsp;at ",
+    "exception_value",
 )
 
 
@@ -351,6 +360,9 @@ class Redactor:
                     r"|\bsq0(?:atp|csp)-[\w-]{20,}+|\bEAA[A-Za-z0-9]{30,}+|\bPMAK-[\w-]{20,}+"
                     r"|\bsecret_[A-Za-z0-9]{24,}+|\blin_api_\w{20,}+|\bATATT[\w-]{20,}+"
                     r"|\bxkeysib-[\w-]{20,}+|\bAKID[\w]{16,}+|\bnpm_\w{20,}+"
+                    r"|\bhooks\.slack\.com/(?:services|workflows|triggers)/[\w/-]{10,}+"
+                    r"|\bdiscord(?:app)?\.com/api/webhooks/\d{5,}/[\w-]{10,}+"
+                    r"|\bhooks\.zapier\.com/hooks/catch/[\w/-]{6,}+"
                 ),
                 0,
                 (),
@@ -450,7 +462,7 @@ class Redactor:
             r"|unknown host(?:exception)?:?\s{1,3}|could not resolve(?: host)?:?\s{1,3}"
             r"|name could not be resolved:?\s{1,3}|getaddrinfo(?: \w{1,20})?\s{1,3}"
             r"|\bhost\s{0,3}=\s{0,3}|\bconnect(?:ing|ion)?\s{1,3}to\s{1,3}(?:host\s{1,3})?"
-            r"|\breach(?:ing)?\s{1,3}|\bresolv(?:e|ing)\s{1,3})"
+            r"|\breach(?:ing)?\s{1,3}|\bresolv(?:e|ing)\s{1,3}|\bhost:\s{1,3})"
             r"[\[(\"']?([a-z0-9][\w-]{0,62}+(?:\.[\w-]{1,63}+){0,10}+)"
             r"|\b([a-z0-9][\w-]{0,62}+(?:\.[\w-]{1,63}+){0,10}+):\s{0,3}(?:name or service not"
             r" known|nodename nor servname|temporary failure in name resolution|no address assoc)"
@@ -595,6 +607,8 @@ class Redactor:
             r"|\binsert\s{1,5}into\s{1,5}[\w.\"`\[\]]{1,100}"
             r"|\bupdate\s{1,5}[\w.\"`\[\]]{1,100}\s{1,5}set\s{1,5}[\w.\"`\[\]]{1,100}\s{0,3}="
             r"|\bdelete\s{1,5}from\s{1,5}[\w.\"`\[\]]{1,100}"
+            r"|\bselect\s{1,5}[\w\"`]{1,60}\s{1,5}from\s{1,5}[\w.\"`\[\]]{1,100}"
+            r"(?:\s{0,5}(?:;|$)|\s{1,5}(?:where|limit|order|group|join|inner|left|as|for)\b)"
             r"|\b(?:create|alter|drop)\s{1,5}(?:table|index|view|sequence|trigger)\s"
             r"|\bwhere\s{1,5}[\w.\"`\[\]]{1,100}\s{0,3}(?:=|<>|!=|\bin\s{0,3}\(|\blike\b"
             r"|\bis\s{1,5}(?:not\s{1,5})?null)"
@@ -661,8 +675,14 @@ class Redactor:
         self._markup = re.compile(r"(?i)<\s*(?:!doctype|html|head|body|title|div|p|pre|table|h\d"
                                   r"|br|span|center|hr|\?xml|soap|faultstring|script|style)\b")
         self._block_tag = re.compile(
-            r"(?i)<\s*(?:br|/p|/div|/h\d|/tr|/li|/pre|/title|/table|/td|/th|/code|hr|p|div|tr|li"
-            r"|h\d|pre|/faultstring|/faultcode|/message|/detail)\b[^<>]{0,2000}>"
+            r"(?i)<\s*(?:br|hr|p|div|tr|li|h\d|pre|table)\b[^<>]{0,2000}>"
+            # any closing tag except inline ones: in XML every element is its own line
+            r"|</\s*(?!(?:a|b|i|em|strong|span|code|small|abbr|font|u|sup|sub)\b)[\w:.-]{1,100}\s*>"
+        )
+        self._html = re.compile(r"(?i)<\s*(?:!doctype\s+html|html|body)\b")
+        self._xml_message = re.compile(
+            r"(?is)<((?:[\w.-]{1,40}:)?(?:message|faultstring|errormessage|error_message|description"
+            r"|error_description|detail|reason))\b[^<>]{0,200}>([^<]{1,2000}?)</\1\s*>"
         )
         self._tag = re.compile(r"<[^<>]{0,2000}>")
         self._ws = re.compile(r"[ \t\f\v\u00a0\u2000-\u200b\u3000]+")
@@ -758,16 +778,23 @@ class Redactor:
             return Scrubbed(text)
         kinds: list[str] = []
         extracted = self._from_structured(text, kinds)
-        if extracted is not None:
-            body = extracted
-        else:
+        if extracted is None:
             body = self._escapes.sub(self._unescape, self._bounded(text))
-            if self._markup.search(body, 0, 4096):
-                if self._is_debug_page(body):
-                    kinds.append("debug_page")
-                    self._mask_secrets(body, "", kinds)
-                    return Scrubbed(self._neutral, _ordered(kinds))
-                body = self._strip_markup(body)
+        else:
+            body = self._bounded(extracted)
+        markup = self._markup.search(body) is not None
+        if self._is_debug_page(body, markup):
+            kinds.append("debug_page")
+            self._mask_secrets(body, "", kinds)
+            return Scrubbed(self._neutral, _ordered(kinds))
+        if markup:
+            message = self._xml_message.search(body) if not self._html.search(body) else None
+            body = self._strip_markup(body)
+            if message:
+                # an XML error document: its message element is the one thing worth reading;
+                # what the rest held still counts for the metric
+                self._scrub_text(body, kinds)
+                body = html.unescape(self._strip_markup(message.group(2)))
         result = self._scrub_text(body, kinds)
         if not kinds and result == text:
             return Scrubbed(text)
@@ -812,9 +839,12 @@ class Redactor:
             self._scrub_text(self._escapes.sub(self._unescape, self._bounded(stripped)), kinds)
         return "" if message is None else message
 
-    def _is_debug_page(self, body: str) -> bool:
-        lowered = body[:200_000].lower()
-        return any(sign in lowered for sign in _DEBUG_PAGE_SIGNS)
+    @staticmethod
+    def _is_debug_page(body: str, markup: bool) -> bool:
+        lowered = body.lower()
+        return any(sign in lowered for sign in _DEBUG_PAGE_SIGNS) or (
+            markup and any(sign in lowered for sign in _DEBUG_MARKUP_SIGNS)
+        )
 
     def _strip_markup(self, body: str) -> str:
         body = _cut_between(body, "<!--", "-->")
@@ -853,6 +883,10 @@ class Redactor:
                 # the rest of a chain is the internal cause, not the agent's business
                 continue
             if kept and raw == kept[-1]:
+                continue
+            if (traced or chained) and not self._exc_prefix.match(raw):
+                # past the first frame, only an exception's own line may say something useful;
+                # the rest of a dump (locals, settings, request data) may not
                 continue
             kept.append(raw)
         python_first = self._python_trace in text
@@ -987,7 +1021,8 @@ class Redactor:
     def _abs_path_replacer(self, kinds: list[str]) -> Callable[[re.Match[str]], str]:
         def replace(match: re.Match[str]) -> str:
             path = match.group(0)
-            if path.count("/") < 2 and not path.startswith("~"):
+            lone = path.count("/") < 2 and not path.startswith("~")
+            if lone and not self._source_file.search(path):
                 return path
             if self._json_api_pointer.match(path):
                 return path

@@ -72,6 +72,7 @@ class CompiledInvalidFields:
     received: Any
     allowed_values: Any
     strip: tuple[str, ...]
+    camel: bool
 
     @classmethod
     def compile(cls, spec: InvalidFieldsSpec) -> CompiledInvalidFields:
@@ -85,6 +86,7 @@ class CompiledInvalidFields:
             query(spec.received),
             query(spec.allowed_values),
             spec.strip,
+            spec.field_case == "camel",
         )
 
     def items(self, document: Any) -> list[tuple[Any, Any, Any, Any]]:
@@ -119,6 +121,16 @@ def _leaves(node: Any, path: tuple[Any, ...]) -> list[tuple[tuple[Any, ...], str
     return [(path, str(node))]
 
 
+def _compile_invalid_fields(
+    spec: EnvelopeSpec,
+) -> CompiledInvalidFields | list[dict[str, Any]] | None:
+    if isinstance(spec.invalid_fields, InvalidFieldsSpec):
+        return CompiledInvalidFields.compile(spec.invalid_fields)
+    if spec.invalid_fields:
+        return [compile_value(item.model_dump()) for item in spec.invalid_fields]
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class CompiledEnvelope:
     spec: EnvelopeSpec
@@ -128,7 +140,7 @@ class CompiledEnvelope:
     hint: Any
     steps: Any
     field: Any
-    invalid_fields: CompiledInvalidFields | None
+    invalid_fields: CompiledInvalidFields | list[dict[str, Any]] | None
     allowed_values: Any
     suggested_value: Any
     next_operation: Any
@@ -149,9 +161,7 @@ class CompiledEnvelope:
             hint=_compile_optional(spec.hint),
             steps=compile_value(spec.steps) if spec.steps else None,
             field=_compile_optional(spec.field),
-            invalid_fields=(
-                CompiledInvalidFields.compile(spec.invalid_fields) if spec.invalid_fields else None
-            ),
+            invalid_fields=_compile_invalid_fields(spec),
             allowed_values=compile_value(spec.allowed_values),
             suggested_value=compile_value(spec.suggested_value),
             next_operation=_compile_optional(spec.next_operation),
@@ -268,7 +278,11 @@ def build(
             options.retry_after_default_ms if wait is None else wait, options.retry_after_max_ms
         )
 
-    invalid = _invalid_fields(compiled.invalid_fields, exchange, scrub)
+    invalid = (
+        _written_invalid_fields(compiled.invalid_fields, render, scrub)
+        if isinstance(compiled.invalid_fields, list)
+        else _invalid_fields(compiled.invalid_fields, exchange, scrub)
+    )
     field_pointer = text(compiled.field) or (invalid[0].field if invalid else None)
     allowed = render(compiled.allowed_values)
     suggested = render(compiled.suggested_value)
@@ -335,6 +349,52 @@ def _ambiguous(exchange: Exchange, code: str) -> bool:
     return exchange.status in _AMBIGUOUS_STATUSES or code == "UPSTREAM_TIMEOUT"
 
 
+def _scrub_pointer(pointer: str, scrub: Scrub) -> str:
+    # segment by segment: "/data/attributes/qty" is JSON keys, not a file path to hide
+    return "/".join(scrub(segment) if segment else segment for segment in pointer.split("/"))
+
+
+def _camel(pointer: str) -> str:
+    return "/".join(s[:1].lower() + s[1:] if not s.isdigit() else s for s in pointer.split("/"))
+
+
+def _invalid_field(
+    pointer: str, reason: Any, received: Any, context: Any, scrub: Scrub
+) -> InvalidField:
+    reason_text = _single_line(scrub(str(reason)), 300) if reason else "is invalid"
+    allowed = constraints.from_context(context) or constraints.from_reason(reason_text)
+    if allowed:
+        allowed = constraints.normalise(allowed, received)
+    elif context is not None and not isinstance(context, dict):
+        allowed = context  # a rule that names the allowed values directly
+    return InvalidField(
+        field=_scrub_pointer(pointer, scrub),
+        reason=reason_text,
+        received=scrub_value(received, scrub),
+        allowed_values=scrub_value(allowed, scrub),
+    )
+
+
+def _written_invalid_fields(
+    items: list[dict[str, Any]], render: Callable[[Any], Any], scrub: Scrub
+) -> list[InvalidField]:
+    out = []
+    for item in items:
+        rendered = render(item)
+        pointer = to_pointer(rendered.get("field"), ())
+        if pointer is not None:
+            out.append(
+                _invalid_field(
+                    pointer,
+                    rendered.get("reason"),
+                    rendered.get("received"),
+                    rendered.get("allowed_values"),
+                    scrub,
+                )
+            )
+    return out
+
+
 def _invalid_fields(
     compiled: CompiledInvalidFields | None, exchange: Exchange, scrub: Scrub
 ) -> list[InvalidField]:
@@ -345,18 +405,9 @@ def _invalid_fields(
         pointer = to_pointer(location, compiled.strip)
         if pointer is None:
             continue
-        reason_text = _single_line(scrub(str(reason)), 300) if reason is not None else "is invalid"
-        allowed = constraints.from_context(context) or constraints.from_reason(reason_text)
-        if allowed:
-            allowed = constraints.normalise(allowed, received)
-        out.append(
-            InvalidField(
-                field=scrub(pointer),
-                reason=reason_text,
-                received=scrub_value(received, scrub),
-                allowed_values=scrub_value(allowed, scrub),
-            )
-        )
+        if compiled.camel:
+            pointer = _camel(pointer)
+        out.append(_invalid_field(pointer, reason, received, context, scrub))
     return out
 
 
@@ -392,7 +443,7 @@ def _default_steps(
     if action is Action.RETRY:
         return [f"Wait {wait} ms.", f"Send {operation} again unchanged."]
     if action is Action.FIX_REQUEST:
-        fixes = [f"Change {f.field}: {f.reason}." for f in invalid]
+        fixes = [f"Change {f.field}: {f.reason.rstrip('.')}." for f in invalid]
         return [
             *(fixes or ["Correct the request as the message says."]),
             f"Send {operation} again.",

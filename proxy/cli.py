@@ -47,7 +47,20 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
     try:
         return Settings.model_validate(
             {
-                "routes": [{"name": "default", "prefix": "/", "upstream": args.upstream}],
+                "routes": [
+                    {
+                        "name": "default",
+                        "prefix": "/",
+                        "upstream": args.upstream,
+                        "success_rules": args.success_rules or [],
+                        **({"read_timeout": args.read_timeout} if args.read_timeout else {}),
+                        **(
+                            {"connect_timeout": args.connect_timeout}
+                            if args.connect_timeout
+                            else {}
+                        ),
+                    }
+                ],
                 "rules": args.rules or [],
                 **overrides,
             }
@@ -199,6 +212,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--listen", help="HOST:PORT for agents (default 127.0.0.1:8080)")
     run.add_argument("--admin-listen", help="HOST:PORT for /metrics etc. (default 127.0.0.1:9464)")
     run.add_argument("--config", help="YAML config with routes to several upstreams")
+    run.add_argument(
+        "--success-rules",
+        action="append",
+        metavar="GLOB",
+        help="ids of 2xx-matching rules to run, e.g. 'graphql.*' (repeatable; with --upstream)",
+    )
+    run.add_argument("--read-timeout", type=float, help="seconds (with --upstream; default 30)")
+    run.add_argument("--connect-timeout", type=float, help="seconds (with --upstream; default 5)")
     run.add_argument(
         "--workers", type=int, help="processes sharing the agent port (SO_REUSEPORT); default 1"
     )

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import jmespath
 import jmespath.exceptions
@@ -178,6 +178,8 @@ class InvalidFieldsSpec(_Model):
     received: str | None = None
     allowed_values: str | None = None
     strip: tuple[str, ...] = ("body", "query", "path", "header", "cookie", "form")
+    #: ASP.NET and Go name C#/Go properties (``Qty``) where the request JSON says ``qty``.
+    field_case: Literal["as_is", "camel"] = "as_is"
 
     @field_validator("each", "field", "reason", "received", "allowed_values")
     @classmethod
@@ -185,6 +187,20 @@ class InvalidFieldsSpec(_Model):
         if value is not None:
             compile_jmespath(value)
         return value
+
+
+class InvalidFieldTemplate(_Model):
+    """One invalid field written out in the rule, for upstreams that only say it in prose."""
+
+    field: str
+    reason: str | None = None
+    received: Any = None
+    allowed_values: Any = None
+
+    @field_validator("field", "reason", "received", "allowed_values")
+    @classmethod
+    def _templates(cls, value: Any) -> Any:
+        return _check_template(value)
 
 
 class EnvelopeSpec(_Model):
@@ -196,7 +212,7 @@ class EnvelopeSpec(_Model):
     hint: str | None = None
     steps: list[str] | None = None
     field: str | None = None
-    invalid_fields: InvalidFieldsSpec | None = None
+    invalid_fields: InvalidFieldsSpec | list[InvalidFieldTemplate] | None = None
     allowed_values: Any = None
     suggested_value: Any = None
     next_operation: str | None = None

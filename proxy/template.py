@@ -42,6 +42,39 @@ def _ms(value: Any) -> Any:
         return None
 
 
+_DURATION_PART = re.compile(
+    r"(\d+(?:\.\d+)?)\s*(ms|millis(?:econds?)?|s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?)(?![a-z])",
+    re.I,
+)
+_UNIT_MS = {"ms": 1, "mi": 1, "s": 1000, "se": 1000, "m": 60_000, "h": 3_600_000}
+_CLOCK = re.compile(r"^(?:(\d+):)?(\d{1,2}):(\d{1,2}(?:\.\d+)?)$")
+_ISO = re.compile(r"^P(?:T)?(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?$", re.I)
+
+
+def _duration(value: Any) -> Any:
+    """Milliseconds from "7s", "3.6s", "20ms", "2 minutes", "1m30s", "00:00:59" or "PT30S"."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return _ms(value)
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if match := _CLOCK.match(text):
+        hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+        return round((hours * 3600 + minutes * 60 + seconds) * 1000)
+    if (match := _ISO.match(text)) and any(match.groups()):
+        hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+        return round((hours * 3600 + minutes * 60 + seconds) * 1000)
+    parts = _DURATION_PART.findall(text)
+    if not parts:
+        return _ms(text)  # a bare number is seconds, as in Retry-After
+    total = 0.0
+    for number, unit in parts:
+        key = unit.lower()
+        scale = _UNIT_MS["ms"] if key == "ms" or key.startswith("milli") else _UNIT_MS[key[0]]
+        total += float(number) * scale
+    return round(total)
+
+
 def _first(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return value[0] if value else None
@@ -62,6 +95,7 @@ _FILTERS: dict[str, Callable[[Any], Any]] = {
     "pointer": to_pointer,
     "int": _as_int,
     "ms": _ms,
+    "duration": _duration,
     "lower": _text(str.lower),
     "upper": _text(str.upper),
     "first": _first,

@@ -129,3 +129,57 @@ def test_upstream_message_is_found_generically(
     """The upstream's own sentence is found in JSON, HTML and text bodies."""
     ex = recorded_exchange(status=404, body=body.encode(), headers={"Content-Type": content_type})
     assert upstream_message(ex) == expected
+
+
+EXTRA_RULES = """\
+rules:
+  - id: x.written
+    when: {status: 400, body: 'field (?P<name>\\w+) must be one of (?P<choices>[a-z, ]+)'}
+    envelope:
+      code: WRITTEN
+      category: validation
+      invalid_fields:
+        - {field: "{{ name }}", reason: "not allowed", received: "{{ name }}"}
+  - id: x.camel
+    when: {status: 422}
+    envelope:
+      code: CAMEL
+      category: validation
+      invalid_fields: {each: "errors", field_case: camel}
+  - id: x.jsonapi
+    when: {status: 409}
+    envelope:
+      code: POINTERS
+      category: validation
+      invalid_fields: {each: "errors", field: "source.pointer", reason: detail}
+"""
+
+
+def extra_envelope(status: int, body: str) -> Any:
+    rules = RuleSet.build([Rule.compile(r) for r in load_rule_text(EXTRA_RULES, "x.yaml", "x")])
+    headers = {"Content-Type": "application/json"} if body.startswith("{") else {}
+    ex = recorded_exchange(status=status, body=body.encode(), headers=headers)
+    evaluation = evaluate(rules, ex, Redactor(), OPTIONS)
+    assert evaluation is not None
+    return evaluation.envelope
+
+
+def test_invalid_fields_written_in_the_rule() -> None:
+    """A rule can list invalid fields itself when the upstream only says them in prose."""
+    env = extra_envelope(400, "field colour must be one of red, blue")
+    assert [(f.field, f.received) for f in env.invalid_fields] == [("/colour", "colour")]
+    assert env.field == "/colour"
+
+
+def test_field_case_camel_matches_request_json() -> None:
+    """ASP.NET's ``Qty`` names the request's ``qty``."""
+    env = extra_envelope(422, '{"errors": {"Items[0].Qty": ["must be positive"]}}')
+    assert [f.field for f in env.invalid_fields] == ["/items/0/qty"]
+
+
+def test_pointers_made_of_json_keys_are_not_mistaken_for_paths() -> None:
+    """JSON:API's /data/attributes/qty survives redaction; it names a field, not a file."""
+    env = extra_envelope(
+        409, '{"errors": [{"source": {"pointer": "/data/attributes/qty"}, "detail": "too big"}]}'
+    )
+    assert [f.field for f in env.invalid_fields] == ["/data/attributes/qty"]

@@ -90,3 +90,29 @@ def test_nested_values_render_every_string() -> None:
         "tags": ["Widget", "fixed"],
         "n": 3,
     }
+
+
+@pytest.mark.parametrize(
+    ("value", "ms"),
+    [
+        ("7s", 7000),
+        ("3.6s", 3600),
+        ("20ms", 20),
+        ("2 minutes", 120_000),
+        ("1m30s", 90_000),
+        ("00:00:59", 59_000),
+        ("PT30S", 30_000),
+        ("5", 5000),
+        (7, 7000),
+        ("1h", 3_600_000),
+        ("soon", None),
+        (None, None),
+    ],
+)
+def test_duration_filter(value: Any, ms: int | None) -> None:
+    """``duration`` reads the ways bodies write a wait, as milliseconds."""
+    VARS["d"] = value
+    try:
+        assert Template.parse("{{ d | duration }}").render(lookup, identity) == ms
+    finally:
+        del VARS["d"]

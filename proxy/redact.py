@@ -679,6 +679,7 @@ class Redactor:
             # any closing tag except inline ones: in XML every element is its own line
             r"|</\s*(?!(?:a|b|i|em|strong|span|code|small|abbr|font|u|sup|sub)\b)[\w:.-]{1,100}\s*>"
         )
+        self._lone_name = re.compile(r"\s*['\"`][\w.$:-]{1,200}['\"`]\s*")
         self._html = re.compile(r"(?i)<\s*(?:!doctype\s+html|html|body)\b")
         self._xml_message = re.compile(
             r"(?is)<((?:[\w.-]{1,40}:)?(?:message|faultstring|errormessage|error_message|description"
@@ -783,7 +784,7 @@ class Redactor:
         else:
             body = self._bounded(extracted)
         markup = self._markup.search(body) is not None
-        if self._is_debug_page(body, markup):
+        if self._is_debug_page(body, markup and self._html.search(body) is not None):
             kinds.append("debug_page")
             self._mask_secrets(body, "", kinds)
             return Scrubbed(self._neutral, _ordered(kinds))
@@ -834,16 +835,20 @@ class Redactor:
         except ValueError:
             return None
         message = _message_of(document, 0)
+        if message is not None and _names_programming_error(document):
+            # {"error": "KeyError", "message": "'flag'"}: the message is about code
+            kinds.append("exception_class")
+            message = ""
         if message is None or message.strip() != stripped:
             # everything but the message is dropped; what it held still counts for the metric
             self._scrub_text(self._escapes.sub(self._unescape, self._bounded(stripped)), kinds)
         return "" if message is None else message
 
     @staticmethod
-    def _is_debug_page(body: str, markup: bool) -> bool:
+    def _is_debug_page(body: str, html_page: bool) -> bool:
         lowered = body.lower()
         return any(sign in lowered for sign in _DEBUG_PAGE_SIGNS) or (
-            markup and any(sign in lowered for sign in _DEBUG_MARKUP_SIGNS)
+            html_page and any(sign in lowered for sign in _DEBUG_MARKUP_SIGNS)
         )
 
     def _strip_markup(self, body: str) -> str:
@@ -898,6 +903,10 @@ class Redactor:
             result = candidates[0] if candidates else ""
         else:
             result = self._clean_line(" ".join(kept), kinds)
+        if self._lone_name.fullmatch(result):
+            # a bare quoted identifier (a missing key, a field of the code) tells an agent nothing
+            kinds.append("exception_class")
+            return ""
         return self._cap(result)
 
     def _clean_line(self, line: str, kinds: list[str]) -> str:
@@ -1157,6 +1166,22 @@ def _message_of(document: Any, depth: int) -> str | None:
             if found:
                 return found
     return None
+
+
+def _names_programming_error(document: Any) -> bool:
+    if not isinstance(document, dict):
+        return False
+    for key, value in document.items():
+        if str(key).lower() in _CLASS_KEYS and isinstance(value, str):
+            name = re.split(r"[.\\:]", value.strip())[-1]
+            if name in _PROGRAMMING_ERRORS:
+                return True
+    return False
+
+
+_CLASS_KEYS = frozenset(
+    {"error", "exception", "type", "exc_type", "exceptiontype", "errortype", "name", "class"}
+)
 
 
 def _cut_between(body: str, opener: str, closer: str) -> str:

@@ -30,7 +30,17 @@ class Exchange:
     text: str = ""
     json: Any = NOT_JSON
     truncated: bool = False
+    #: JMESPath results by expression: many rules ask the same questions of one body.
+    queried: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_json(self) -> bool:
         return self.json is not NOT_JSON
+
+    def query(self, expression: str, compiled: Any) -> Any:
+        """``compiled.search(self.json)``, computed once per expression per exchange."""
+        try:
+            return self.queried[expression]
+        except KeyError:
+            value = self.queried[expression] = compiled.search(self.json)
+            return value

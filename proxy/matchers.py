@@ -16,12 +16,16 @@ from proxy.exchange import Exchange
 from proxy.rulefile import JsonCondition, When, compile_jmespath, compile_regex, parse_status
 
 Found = dict[str, Any]
+_JSON_COST = 3
+_BODY_COST = 10
 
 
 @dataclass(frozen=True, slots=True)
 class Predicate:
     description: str
     test: Callable[[Exchange, Found], bool]
+    #: rough relative cost; a rule tries its cheap conditions first (all must hold anyway)
+    cost: int = 1
 
     def __call__(self, exchange: Exchange, found: Found) -> bool:
         return self.test(exchange, found)
@@ -85,17 +89,20 @@ _MISSING = object()
 
 def _json_predicate(cond: JsonCondition) -> Predicate:
     query = compile_jmespath(cond.query)
+    expression = cond.query
     given = cond.model_fields_set
 
     def value(ex: Exchange) -> Any:
-        return query.search(ex.json) if ex.is_json else _MISSING
+        return ex.query(expression, query) if ex.is_json else _MISSING
 
     if "equals" in given:
         expected = cond.equals
         return Predicate(f"json {cond.query} == {expected!r}", lambda ex, _: value(ex) == expected)
     if "one_of" in given:
         options = list(cond.one_of or [])
-        return Predicate(f"json {cond.query} in {options!r}", lambda ex, _: value(ex) in options)
+        return Predicate(
+            f"json {cond.query} in {options!r}", lambda ex, _: value(ex) in options, _JSON_COST
+        )
     if "matches" in given:
         regex = compile_regex(cond.matches or "")
 
@@ -109,16 +116,18 @@ def _json_predicate(cond: JsonCondition) -> Predicate:
             found.update({k: v for k, v in match.groupdict().items() if v is not None})
             return True
 
-        return Predicate(f"json {cond.query} ~ /{cond.matches}/", test)
+        return Predicate(f"json {cond.query} ~ /{cond.matches}/", test, _JSON_COST + 2)
     if "exists" in given:
         want = bool(cond.exists)
         return Predicate(
             f"json {cond.query} {'exists' if want else 'absent'}",
             lambda ex, _: (value(ex) not in (_MISSING, None)) == want,
+            _JSON_COST,
         )
     return Predicate(
         f"json {cond.query} is truthy",
         lambda ex, _: (v := value(ex)) is not _MISSING and bool(v),
+        _JSON_COST,
     )
 
 
@@ -164,7 +173,7 @@ def compile_when(when: When) -> tuple[Predicate, ...]:
             found.update({k: v for k, v in match.groupdict().items() if v is not None})
             return True
 
-        preds.append(Predicate(f"body ~ /{when.body}/", body_test))
+        preds.append(Predicate(f"body ~ /{when.body}/", body_test, _BODY_COST))
     preds.extend(_json_predicate(c) for c in when.json_ or ())
     for sub in when.all or ():
         preds.append(_block("all", sub))
@@ -174,6 +183,7 @@ def compile_when(when: When) -> tuple[Predicate, ...]:
             Predicate(
                 "any of [" + "; ".join(b.description for b in blocks) + "]",
                 lambda ex, found: any(b(ex, found) for b in blocks),
+                sum(b.cost for b in blocks),
             )
         )
     if when.not_ is not None:
@@ -197,4 +207,4 @@ def _block(kind: str, when: When) -> Predicate:
             return True
         return False
 
-    return Predicate(description, test)
+    return Predicate(description, test, sum(p.cost for p in preds))

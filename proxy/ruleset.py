@@ -32,7 +32,7 @@ class Rule:
     description: str | None
     statuses: frozenset[int]
     predicates: tuple[Predicate, ...]
-    queries: tuple[tuple[str, Any], ...]
+    queries: tuple[tuple[str, str, Any], ...]
     envelope: CompiledEnvelope
     docs: Docs | None
     body_pattern: str | None  # the top-level `body` regex, for the status bucket's prefilter
@@ -49,7 +49,7 @@ class Rule:
             # a rule that names no status is about errors: 2xx must always be asked for by name
             statuses=ERROR_STATUSES if codes is None else codes,
             predicates=compile_when(spec.when),
-            queries=tuple((name, compile_jmespath(q)) for name, q in spec.vars.items()),
+            queries=tuple((name, q, compile_jmespath(q)) for name, q in spec.vars.items()),
             envelope=CompiledEnvelope.compile(spec.envelope),
             docs=spec.docs,
             body_pattern=spec.when.body,
@@ -66,8 +66,8 @@ class Rule:
             if not predicate(exchange, found):
                 return False, found, predicate
         if exchange.is_json:
-            for name, query in self.queries:
-                found.setdefault(name, query.search(exchange.json))
+            for name, expression, query in self.queries:
+                found.setdefault(name, exchange.query(expression, query))
         return True, found, None
 
 

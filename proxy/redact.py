@@ -456,15 +456,20 @@ class Redactor:
             r"(?![\w-])(?::\d{1,5})?"
         )
         # host names a resolver or a connection error names: internal, whatever they look like
+        # Group 1: a resolver's own words, after which any name is a host. Group 2: words a
+        # sentence may also use ("connect to the server"), so the name must look like a host.
+        # Group 3: "<name>: Name or service not known".
+        _name = r"[\[(\"']?([a-z0-9][\w-]{0,62}+(?:\.[\w-]{1,63}+){0,10}+)"
         self._dns_host = re.compile(
             r"(?i)(?:\blookup\s{1,3}|\bdial\s{1,3}(?:tcp|udp)\s{1,3}"
-            r"|could not translate host name\s"
-            r"|unknown host(?:exception)?:?\s{1,3}|could not resolve(?: host)?:?\s{1,3}"
-            r"|name could not be resolved:?\s{1,3}|getaddrinfo(?: \w{1,20})?\s{1,3}"
-            r"|\bhost\s{0,3}=\s{0,3}|\bconnect(?:ing|ion)?\s{1,3}to\s{1,3}(?:host\s{1,3})?"
-            r"|\breach(?:ing)?\s{1,3}|\bresolv(?:e|ing)\s{1,3}|\bhost:\s{1,3})"
-            r"[\[(\"']?([a-z0-9][\w-]{0,62}+(?:\.[\w-]{1,63}+){0,10}+)"
-            r"|\b([a-z0-9][\w-]{0,62}+(?:\.[\w-]{1,63}+){0,10}+):\s{0,3}(?:name or service not"
+            r"|could not translate host name\s|unknown host(?:exception)?:?\s{1,3}"
+            r"|could not resolve(?: host)?:?\s{1,3}|name could not be resolved:?\s{1,3}"
+            r"|getaddrinfo(?: \w{1,20})?\s{1,3}|\bhost\s{0,3}=\s{0,3}|\bhost:\s{1,3})"
+            + _name
+            + r"|(?:\bconnect(?:ing|ion)?\s{1,3}to\s{1,3}(?:host\s{1,3})?|\breach(?:ing)?\s{1,3}"
+            r"|\bresolv(?:e|ing)\s{1,3})"
+            + _name
+            + r"|\b([a-z0-9][\w-]{0,62}+(?:\.[\w-]{1,63}+){0,10}+):\s{0,3}(?:name or service not"
             r" known|nodename nor servname|temporary failure in name resolution|no address assoc)"
         )
         self._arn = re.compile(
@@ -536,7 +541,7 @@ class Redactor:
             r"|^\s*goroutine \d+ \["
             r"|^\s*created by\s"
             r"|^\s*[\w./*()\[\]@-]{1,300}\.[\w*()\[\].-]{1,300}\(.{0,500}\)\s*$"
-            r"|^\s*\S{1,500}\.go:\d+(?:\s+\+0x[0-9a-f]+)?\s*$"
+            r"|^\s*\S{1,500}\.(?:go|s):\d+(?:\s+\+0x[0-9a-f]+)?\s*$"
             r"|^\s*\[signal \w+"
             r"|^\s*exit status \d+"
             r"|^\s*(?:from\s+)?\S{1,500}\.rb:\d+:in\s"
@@ -594,6 +599,11 @@ class Redactor:
             r"|\$\$Lambda|\$\$Enhancer|\blambda\$"
         )
         self._module_context = re.compile(r"(?i)\b(?:module|named|import|package|from|in)\W{1,3}$")
+        # a JVM package (reverse DNS) is code wherever it appears
+        self._package = re.compile(
+            r"(?:com|org|net|io|java|javax|jakarta|kotlin|kotlinx|scala|sun|jdk|akka|edu|gov|de"
+            r"|fr|uk|nl|ch|ru|cn|jp|br|it|es|au|ca|be|dk|se|no|fi|pl|at)\.[a-z_]"
+        )
         self._dotted_lower = re.compile(r"\b[a-z_][\w$]{0,100}(?:\.[a-z_][\w$]{0,100}){2,30}")
         self._sql = re.compile(
             r"\b(?:SELECT|INSERT\s{1,5}INTO|UPDATE\s{1,5}\S{1,100}\s{1,5}SET|DELETE\s{1,5}FROM"
@@ -669,7 +679,9 @@ class Redactor:
             r"|passphrase|pwd|cookie|authorization|session|sessid|credentials?|signature|csrf|key"
             r"|localhost|caused|nested|inner|traceback|backtrace|stack|trace|panic|panicked"
             r"|goroutine|thread|exception|fatal|uncaught|unhandled|thrown|detail|hint|context"
-            r"|statement|location|query|version|powered|exit|note)\b"
+            r"|statement|location|query|version|powered|exit|note|lookup|getaddrinfo|resolve"
+            r"|resolved|resolving|nodename|servname|resolution|dial|host|reach|reaching|connect"
+            r"|connecting|connection|known)\b"
         )
         self._camel = re.compile(r"[a-z][A-Z]")
         self._markup = re.compile(r"(?i)<\s*(?:!doctype|html|head|body|title|div|p|pre|table|h\d"
@@ -902,7 +914,10 @@ class Redactor:
                 candidates.reverse()
             result = candidates[0] if candidates else ""
         else:
-            result = self._clean_line(" ".join(kept), kinds)
+            # secrets first, line by line: a header echo's value runs to the end of its line,
+            # and once lines are joined it would swallow the next one
+            masked = (self._mask_secrets_scrub(line, kinds) for line in kept)
+            result = self._clean_line(" ".join(masked), kinds)
         if self._lone_name.fullmatch(result):
             # a bare quoted identifier (a missing key, a field of the code) tells an agent nothing
             kinds.append("exception_class")
@@ -987,11 +1002,10 @@ class Redactor:
 
     def _dns_replacer(self, kinds: list[str]) -> Callable[[re.Match[str]], str]:
         def replace(match: re.Match[str]) -> str:
-            group = 1 if match.group(1) is not None else 2
+            group = next(g for g in (1, 2, 3) if match.group(g) is not None)
             name = match.group(group)
-            if name.lower() in _WORDS_AFTER_CONNECT or _ip_kind(name) is not None or (
-                "." not in name and not _SERVICE_LABEL.search(name)
-            ):
+            loose = group == 2 and "." not in name and not _SERVICE_LABEL.search(name)
+            if loose or name.lower() in _WORDS_AFTER_CONNECT or _ip_kind(name) is not None:
                 return match.group(0)
             kinds.append("internal_host")
             start = match.start(group) - match.start(0)
@@ -1082,7 +1096,7 @@ class Redactor:
         for match in self._dotted_lower.finditer(line):
             # "orders.items.qty" is a field path an agent can use; a module is only cut when
             # it is called or named as one
-            called = line.startswith("(", match.end())
+            called = line.startswith("(", match.end()) or self._package.match(match.group(0))
             named = self._module_context.search(line, max(0, match.start() - 24), match.start())
             if (called or named) and match.group(0).rsplit(".", 1)[-1].lower() not in _TLDS:
                 found.append(("exception_class", match.start()))

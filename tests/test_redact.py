@@ -321,6 +321,9 @@ _FRAME_FORMS = [
     lambda m: f"ActiveRecord::{_cap(m)}NotFound raised",
     lambda m: f"{m}::handlers::create_order failed",
     lambda m: f"Illegal state: {_cap(m)}Exception occurred",
+    lambda m: f"failed to lazily initialize a collection of role: com.acme.{m}.items",
+    lambda m: f"KeyError: '{m}'",
+    lambda m: f"TypeError: Cannot read properties of undefined (reading '{m}')",
 ]
 frames = st.builds(lambda form, m: (form(m), m), st.sampled_from(_FRAME_FORMS), markers)
 
@@ -335,6 +338,13 @@ _HOST_FORMS = [
     lambda m: f"redis-{m}:6379",
     lambda m: f"ops@{m}.intranet",
     lambda m: f"ip-10-0-1-2.{m}.compute.internal",
+    lambda m: f"getaddrinfo ENOTFOUND {m}",
+    lambda m: f"dial tcp: lookup {m} on 10.96.0.10:53: no such host",
+    lambda m: f"java.net.UnknownHostException: {m}",
+    lambda m: f"{m}: Name or service not known",
+    lambda m: f"HTTPConnectionPool(host='{m}', port=8000): Max retries exceeded",
+    lambda m: f"Host: {m}-api",
+    lambda m: f"db.{m}.eu-west-1.rds.amazonaws.com",
 ]
 hosts = st.builds(lambda form, m: (form(m), m), st.sampled_from(_HOST_FORMS), markers)
 

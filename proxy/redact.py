@@ -461,7 +461,7 @@ class Redactor:
         # Group 3: "<name>: Name or service not known".
         _name = r"[\[(\"']?([a-z0-9][\w-]{0,62}+(?:\.[\w-]{1,63}+){0,10}+)"
         self._dns_host = re.compile(
-            r"(?i)(?:\blookup\s{1,3}|\bdial\s{1,3}(?:tcp|udp)\s{1,3}"
+            r"(?i)(?:\bdial\s{1,3}(?:tcp|udp)\s{1,3}"
             r"|could not translate host name\s|unknown host(?:exception)?:?\s{1,3}"
             r"|could not resolve(?: host)?:?\s{1,3}|name could not be resolved:?\s{1,3}"
             r"|getaddrinfo(?: \w{1,20})?\s{1,3}|\bhost\s{0,3}=\s{0,3}|\bhost:\s{1,3})"
@@ -471,6 +471,8 @@ class Redactor:
             + _name
             + r"|\b([a-z0-9][\w-]{0,62}+(?:\.[\w-]{1,63}+){0,10}+):\s{0,3}(?:name or service not"
             r" known|nodename nor servname|temporary failure in name resolution|no address assoc)"
+            # Go's resolver: "lookup <name> on 10.96.0.10:53: no such host"
+            r"|(?-i:\blookup)\s{1,3}" + _name + r"(?=\s{1,3}on\s|:\s)"
         )
         self._arn = re.compile(
             r"\barn:aws[\w-]{0,20}:[\w-]{0,40}:[\w-]{0,30}:\d{0,12}:[^\s\"'<>,;)]{1,500}"
@@ -1002,7 +1004,7 @@ class Redactor:
 
     def _dns_replacer(self, kinds: list[str]) -> Callable[[re.Match[str]], str]:
         def replace(match: re.Match[str]) -> str:
-            group = next(g for g in (1, 2, 3) if match.group(g) is not None)
+            group = next(g for g in (1, 2, 3, 4) if match.group(g) is not None)
             name = match.group(group)
             loose = group == 2 and "." not in name and not _SERVICE_LABEL.search(name)
             if loose or name.lower() in _WORDS_AFTER_CONNECT or _ip_kind(name) is not None:

@@ -464,10 +464,10 @@ class Redactor:
             r"(?i)(?:\bdial\s{1,3}(?:tcp|udp)\s{1,3}"
             r"|could not translate host name\s|unknown host(?:exception)?:?\s{1,3}"
             r"|could not resolve(?: host)?:?\s{1,3}|name could not be resolved:?\s{1,3}"
-            r"|getaddrinfo(?: \w{1,20})?\s{1,3}|\bhost\s{0,3}=\s{0,3}|\bhost:\s{1,3})"
+            r"|getaddrinfo(?: \w{1,20})?\s{1,3}|\bhost\s{0,3}=\s{0,3})"
             + _name
             + r"|(?:\bconnect(?:ing|ion)?\s{1,3}to\s{1,3}(?:host\s{1,3})?|\breach(?:ing)?\s{1,3}"
-            r"|\bresolv(?:e|ing)\s{1,3})"
+            r"|\bresolv(?:e|ing)\s{1,3}|\bhost:\s{1,3})"
             + _name
             + r"|\b([a-z0-9][\w-]{0,62}+(?:\.[\w-]{1,63}+){0,10}+):\s{0,3}(?:name or service not"
             r" known|nodename nor servname|temporary failure in name resolution|no address assoc)"

@@ -15,6 +15,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
@@ -462,7 +463,15 @@ def create_app(
     store = RuleStore(settings, engine or Engine.load(settings), on_reload=metrics.reloaded)
     metrics.reloaded(True, store.engine.rule_count)
     proxy = Proxy(settings, store, metrics, logger or make_logger(), Redactor())
-    app = web.Application(handler_args={"max_field_size": 16384})
+    @web.middleware
+    async def unrouted(request: web.Request, handler: Handler) -> web.StreamResponse:
+        # CONNECT's authority-form target and other non-path targets match no route; they
+        # still get mend's envelope (FORWARD_PROXY_REFUSED), never aiohttp's plain 404 page
+        if request.match_info.http_exception is not None:
+            return await proxy.handle(request)
+        return await handler(request)
+
+    app = web.Application(handler_args={"max_field_size": 16384}, middlewares=[unrouted])
     app[APP_KEY] = proxy
     app.router.add_routes(catalog_routes(store))
     app.router.add_route("*", "/{tail:.*}", proxy.handle)

@@ -87,6 +87,13 @@ def _join(value: Any) -> Any:
     return value
 
 
+def _split(value: Any) -> Any:
+    """"GET, HEAD, POST" (Allow, Accept) -> ["GET", "HEAD", "POST"]."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
 def _text(fn: Callable[[str], str]) -> Callable[[Any], Any]:
     return lambda v: fn(v) if isinstance(v, str) else v
 
@@ -100,6 +107,7 @@ _FILTERS: dict[str, Callable[[Any], Any]] = {
     "upper": _text(str.upper),
     "first": _first,
     "join": _join,
+    "split": _split,
     "json": lambda v: json.dumps(v, ensure_ascii=False, default=str),
 }
 

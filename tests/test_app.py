@@ -491,3 +491,31 @@ async def test_a_bug_in_mend_still_gives_an_envelope(
     assert error["code"] == "PROXY_INTERNAL_ERROR"
     assert "simulated bug" not in json.dumps(error)
     assert any(line["event"] == "mend_bug" for line in mend.log_lines())
+
+
+async def test_connect_is_refused_with_an_envelope(start_mend: StartMend) -> None:
+    """CONNECT (authority-form) gets FORWARD_PROXY_REFUSED, not a tunnel and not a plain 404."""
+    mend = await start_mend(f"http://127.0.0.1:{free_port()}")
+    reader, writer = await asyncio.open_connection(mend.client.host, mend.client.port)
+    writer.write(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+    await writer.drain()
+    raw = await asyncio.wait_for(reader.read(4096), 5)
+    writer.close()
+    assert b"FORWARD_PROXY_REFUSED" in raw
+    assert mend.metric("mend_upstream_failures_total", route="none", reason="refused") == 0
+
+
+async def test_method_not_allowed_lists_allowed_methods(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """A 405's Allow header becomes allowed_values, and the header is kept."""
+
+    async def only_get(_: web.Request) -> web.Response:
+        return web.Response(status=405, headers={"Allow": "GET, HEAD"})
+
+    mend = await start_mend(await start_upstream({"/r": only_get}))
+    resp = await mend.client.delete("/r")
+    error = (await resp.json())["error"]
+    assert error["code"] == "METHOD_NOT_ALLOWED"
+    assert error["allowed_values"] == ["GET", "HEAD"]
+    assert resp.headers["Allow"] == "GET, HEAD"

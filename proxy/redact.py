@@ -551,7 +551,9 @@ class Redactor:
             r"|^\s*(?:PHP\s+)?(?:Stack trace|Call Stack|Stacktrace|Stack Trace|Backtrace"
             r"|stack backtrace|Full Trace|Application Trace|Framework Trace):?\s*$"
             r"|^\s*thrown in\s"
-            r"|^\s*\d{1,4}:\s+(?:0x[0-9a-f]{1,16}\s+-\s+)?[\w:<>{}\[\]$ .,&*'\"#-]{1,500}$"
+            # a Rust frame names a path ("12: tokio::runtime::...") or an address, never prose
+            r"|^\s*\d{1,4}:\s+(?:0x[0-9a-f]{1,16}\s+-\s+\S|[\w<>{}\[\]$.,&*'\"#-]{0,200}::"
+            r"|rust_\w|__\w)"
             r"|^\s*note: (?:run with `RUST_BACKTRACE|Some details are omitted)"
             r"|^\s*thread '.{0,200}' panicked at"
             r"|^\s*--- End of (?:inner exception )?stack trace"
@@ -888,7 +890,7 @@ class Redactor:
                 chained = True
                 skip_context = False
                 continue
-            if self._trace_line.match(raw):
+            if self._trace_line.match(original):
                 kinds.append("stack_trace")
                 traced = True
                 skip_context = True

@@ -124,6 +124,7 @@ def test_scrub_is_idempotent_on_a_corpus_body(redactor: Redactor, name: str) -> 
         "Token expired",
         "Unknown field orders.items.qty",
         "/data/attributes/email",
+        "Errors:\n1: qty must be positive\n2: sku is required",
         "/items/0/qty",
         "The requested resource /api/v1/users/17 was not found.",
         "Select a value from the list.",

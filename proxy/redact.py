@@ -240,24 +240,7 @@ def _entropy(token: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
-_PUBLIC_ID = re.compile(
-    # object ids agents are meant to see (Stripe-style prefixes, UUIDs)
-    r"(?:ch|cus|pi|pm|seti|in|sub|prod|price|evt|txn|re|po|acct|card|src|file|si|cs|ii|il|ba"
-    r"|py|tr|ipi|cn|dp|du|req|ord|inv|usr|org|prj|item|sku)_[A-Za-z0-9]{6,40}"
-    r"|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-)
-
-
-def _looks_random(token: str) -> bool:
-    """A long high-entropy token of letters and digits: a key of a format we don't know."""
-    if _PUBLIC_ID.fullmatch(token):
-        return False
-    digits = sum(c.isdigit() for c in token)
-    letters = sum(c.isalpha() for c in token)
-    mixed_case = any(c.isupper() for c in token) and any(c.islower() for c in token)
-    if len(token) >= 24 and mixed_case and digits >= 2:
-        return _entropy(token) >= 3.6
-    return len(token) >= 32 and digits >= 4 and letters >= 4 and _entropy(token) >= 3.3
+_CGNAT = ipaddress.ip_network("100.64.0.0/10")
 
 
 def _ip_kind(candidate: str) -> str | None:
@@ -277,16 +260,6 @@ def _ip_kind(candidate: str) -> str | None:
     return "ip_address"
 
 
-_CGNAT = ipaddress.ip_network("100.64.0.0/10")
-
-_SERVICE_LABEL = re.compile(
-    r"(?i)[-_\d]|db|sql|redis|mongo|postgres|pg|maria|kafka|rabbit|mq|elastic|solr|cache|"
-    r"memcache|api|svc|service|backend|upstream|host|server|node|worker|broker|proxy|gateway|"
-    r"primary|replica|master|slave|shard|cluster|consul|vault|etcd|zookeeper|nats|minio|"
-    r"localhost|app|internal|oracle|mssql|cassandra"
-)
-
-
 class Redactor:
     """Compiled once (patterns are built here) and shared by every request; holds no state."""
 
@@ -296,6 +269,19 @@ class Redactor:
         self._max_length = max_length
         self._neutral = neutral
         self._scan_limit = scan_limit
+        # object ids agents are meant to see (Stripe-style prefixes, UUIDs): never "random keys"
+        self._public_id = re.compile(
+            r"(?:ch|cus|pi|pm|seti|in|sub|prod|price|evt|txn|re|po|acct|card|src|file|si|cs|ii"
+            r"|il|ba|py|tr|ipi|cn|dp|du|req|ord|inv|usr|org|prj|item|sku)_[A-Za-z0-9]{6,40}"
+            r"|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+        )
+        # a bare host label that names a service ("orders-db", "redis", "api2"), not a word
+        self._service_label = re.compile(
+            r"(?i)[-_\d]|db|sql|redis|mongo|postgres|pg|maria|kafka|rabbit|mq|elastic|solr|cache|"
+            r"memcache|api|svc|service|backend|upstream|host|server|node|worker|broker|proxy|gateway|"
+            r"primary|replica|master|slave|shard|cluster|consul|vault|etcd|zookeeper|nats|minio|"
+            r"localhost|app|internal|oracle|mssql|cassandra"
+        )
 
         # --- secrets (scrub and mask) -------------------------------------------------------
         # Each entry: kind, pattern, the group to mask (0: the whole match; -1: the whole match
@@ -762,7 +748,7 @@ class Redactor:
         def replace(match: re.Match[str]) -> str:
             whole = match.group(0)
             if group == -1:
-                if not _looks_random(whole.rstrip("=")):
+                if not self._looks_random(whole.rstrip("=")):
                     return whole
                 kinds.append(kind)
                 return token
@@ -785,6 +771,17 @@ class Redactor:
             return whole[:start] + quote + token + quote + whole[end:]
 
         return replace
+
+    def _looks_random(self, token: str) -> bool:
+        """A long high-entropy token of letters and digits: a key of a format we don't know."""
+        if self._public_id.fullmatch(token):
+            return False
+        digits = sum(c.isdigit() for c in token)
+        letters = sum(c.isalpha() for c in token)
+        mixed_case = any(c.isupper() for c in token) and any(c.islower() for c in token)
+        if len(token) >= 24 and mixed_case and digits >= 2:
+            return _entropy(token) >= 3.6
+        return len(token) >= 32 and digits >= 4 and letters >= 4 and _entropy(token) >= 3.3
 
     # ------------------------------------------------------------------------------------------
     # scrub: what an agent may read
@@ -1008,7 +1005,7 @@ class Redactor:
         def replace(match: re.Match[str]) -> str:
             group = next(g for g in (1, 2, 3, 4) if match.group(g) is not None)
             name = match.group(group)
-            loose = group == 2 and "." not in name and not _SERVICE_LABEL.search(name)
+            loose = group == 2 and "." not in name and not self._service_label.search(name)
             if loose or name.lower() in _WORDS_AFTER_CONNECT or _ip_kind(name) is not None:
                 return match.group(0)
             kinds.append("internal_host")
@@ -1035,10 +1032,9 @@ class Redactor:
 
         return replace
 
-    @staticmethod
-    def _host_port_replacer(kinds: list[str]) -> Callable[[re.Match[str]], str]:
+    def _host_port_replacer(self, kinds: list[str]) -> Callable[[re.Match[str]], str]:
         def replace(match: re.Match[str]) -> str:
-            if not _SERVICE_LABEL.search(match.group(1)):
+            if not self._service_label.search(match.group(1)):
                 return match.group(0)
             kinds.append("internal_host")
             return _HOST_WORD
@@ -1191,7 +1187,7 @@ def _names_programming_error(document: Any) -> bool:
         return False
     for key, value in document.items():
         if str(key).lower() in _CLASS_KEYS and isinstance(value, str):
-            name = re.split(r"[.\\:]", value.strip())[-1]
+            name = value.strip().replace("\\", ".").replace(":", ".").rsplit(".", 1)[-1]
             if name in _PROGRAMMING_ERRORS:
                 return True
     return False

@@ -2,7 +2,8 @@
 
 The upstream serves each body of tests/corpus/leaks with its status and content type, plus
 response headers that leak the way real servers do. Whatever rule pack matches, no planted
-marker may come out of mend, in any rendering, in the body or in any header.
+marker may come out of mend, in any rendering, in the body or in any header; and no secret
+marker may reach the operator's log.
 """
 
 from __future__ import annotations
@@ -77,3 +78,7 @@ async def test_no_marker_of_a_leaking_body_reaches_the_agent(
         assert "X-Error-Code" in resp.headers, accept
         assert _leaked(markers, text) == [], (accept, text)
         assert _leaked(markers, headers) == [], (accept, headers)
+    # the operator's log keeps the upstream body for debugging, but never its secrets
+    if status >= 400:
+        assert any(line.get("upstream_body") for line in mend.log_lines())
+    assert _leaked(entry.get("secrets", []), mend.log.getvalue()) == []

@@ -320,6 +320,13 @@ class Redactor:
                 1,
                 ("://",),
             ),
+            (
+                # Oracle's "user/password@host" (JDBC thin and EZConnect)
+                "credential_url",
+                re.compile(r"(?i)\bjdbc:oracle:\w{1,10}:([^/@\s\"']{1,100}/[^@\s\"']{1,200})@"),
+                1,
+                ("jdbc:oracle",),
+            ),
             ("jwt", re.compile(r"\beyJ[\w-]{6,}+\.[\w-]{6,}+(?:\.[\w-]*+){1,3}"), 0, ("eyj",)),
             (
                 "cloud_key",

@@ -277,6 +277,8 @@ _SECRET_FORMS = [
     lambda m, p, u: f"'db_password': '{m}'",
     lambda m, p, u: f"postgres://orders:{m}@db.example.com:5432/orders",
     lambda m, p, u: f"mongodb+srv://svc:{m}@cluster0.example.mongodb.net/app",
+    lambda m, p, u: f"jdbc:oracle:thin:scott/{m}@db.example.com:1521:ORCL",
+    lambda m, p, u: f"https://hooks.slack.com/services/T0001/B0002/{m}{p}",
     lambda m, p, u: f"Server=tcp:sql.example.net,1433;Database=app;User Id=sa;Password={m};",
     lambda m, p, u: f"DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={m}{p}==;",
     lambda m, p, u: (

@@ -15,7 +15,15 @@ Interface used by the pipeline:
 Every pattern here is our own and reviewed: quantifiers are bounded or possessive so that no
 pattern backtracks more than a constant amount per input position (upstream bodies are untrusted).
 ``scrub`` reads at most ``scan_limit`` characters, since its output is a few sentences from the
-front of the text anyway; ``mask`` reads everything, so its patterns all start at a literal.
+front of the text anyway; ``mask`` reads everything, so each of its patterns runs only when a
+literal it needs is present.
+
+How ``scrub`` says less: plain prose (short words, numbers) passes untouched without the full
+pass; a JSON or XML error document is reduced to its message; a debug page becomes ``neutral``;
+in a trace only the exception's own line may survive; secrets become ``[redacted]``; hosts,
+addresses and paths become a neutral phrase ("an internal host"); SQL, driver messages, class
+names and exception chains end the sentence at the clause that holds them. When nothing useful
+is left, the result is ``neutral`` (pass ``neutral=""`` to let a caller fall back instead).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from proxy.build import BuildOptions
 from proxy.catalog import catalog_routes
 from proxy.engine import Engine, RuleStore
 from proxy.envelope import Envelope
-from proxy.evaluate import rewrite
+from proxy.evaluate import agent_redactor, rewrite
 from proxy.exchange import Exchange
 from proxy.failures import (
     ForwardProxyRefused,
@@ -350,7 +350,8 @@ class Proxy:
                 if KEPT_ON_ENVELOPES.match(name) and not is_internal_header(name):
                     scrubbed = self.redactor.scrub(value)
                     kinds.extend(scrubbed.kinds)
-                    headers.add(name, safe_header_value(scrubbed.text, limit=2048))
+                    if scrubbed.text:
+                        headers.add(name, safe_header_value(scrubbed.text, limit=2048))
         headers["Content-Type"] = content_type
         headers["X-Request-ID"] = envelope.request_id
         headers["X-Error-Code"] = safe_header_value(envelope.code)
@@ -462,7 +463,7 @@ def create_app(
     metrics = Metrics(registry)
     store = RuleStore(settings, engine or Engine.load(settings), on_reload=metrics.reloaded)
     metrics.reloaded(True, store.engine.rule_count)
-    proxy = Proxy(settings, store, metrics, logger or make_logger(), Redactor())
+    proxy = Proxy(settings, store, metrics, logger or make_logger(), agent_redactor())
     @web.middleware
     async def unrouted(request: web.Request, handler: Handler) -> web.StreamResponse:
         # CONNECT's authority-form target and other non-path targets match no route; they

@@ -24,8 +24,7 @@ from aiohttp import web
 
 from proxy.build import BuildOptions
 from proxy.envelope import Envelope
-from proxy.evaluate import recorded_exchange, rewrite
-from proxy.redact import Redactor
+from proxy.evaluate import agent_redactor, recorded_exchange, rewrite
 from proxy.ruleset import ERROR_STATUSES, Match, Rule
 from proxy.settings import Settings
 
@@ -68,7 +67,10 @@ def example_envelope(rule: Rule, *, own: bool = False, docs_base_url: str = "") 
     _, found, _ = rule.test(exchange)
     try:
         built = rewrite(
-            Match(rule, found), exchange, Redactor(), BuildOptions(docs_base_url=docs_base_url)
+            Match(rule, found),
+            exchange,
+            agent_redactor(),
+            BuildOptions(docs_base_url=docs_base_url),
         )
     except ValueError:  # the envelope's invariants did not hold for a placeholder exchange
         return None

@@ -20,6 +20,15 @@ from proxy.redact import Redactor
 from proxy.ruleset import Match, RuleSet
 
 
+def agent_redactor() -> Redactor:
+    """The redactor for agent-facing text, everywhere an envelope is built.
+
+    ``neutral=""``: a value that is all internals becomes empty, so the envelope falls back to
+    its own default sentence instead of splicing a stock phrase into a template.
+    """
+    return Redactor(neutral="")
+
+
 @dataclass(slots=True)
 class Evaluation:
     envelope: Envelope

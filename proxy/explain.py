@@ -15,9 +15,8 @@ import orjson
 
 from proxy.build import BuildOptions
 from proxy.engine import Engine
-from proxy.evaluate import Evaluation, evaluate, recorded_exchange
+from proxy.evaluate import Evaluation, agent_redactor, evaluate, recorded_exchange
 from proxy.exchange import Exchange
-from proxy.redact import Redactor
 from proxy.ruleset import RuleSet, Verdict
 from proxy.settings import Route, Settings
 
@@ -88,7 +87,7 @@ def explain(
     ruleset: RuleSet = engine.routes[route]
     exchange.route = route
     verdicts = tuple(ruleset.explain(exchange))
-    evaluation = evaluate(ruleset, exchange, Redactor(), options or BuildOptions())
+    evaluation = evaluate(ruleset, exchange, agent_redactor(), options or BuildOptions())
     return Explanation(route, exchange, verdicts, evaluation)
 
 

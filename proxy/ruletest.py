@@ -42,9 +42,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from proxy.build import BuildOptions
 from proxy.engine import Engine
 from proxy.envelope import Envelope
-from proxy.evaluate import Evaluation, evaluate, recorded_exchange
+from proxy.evaluate import Evaluation, agent_redactor, evaluate, recorded_exchange
 from proxy.exchange import Exchange
-from proxy.redact import Redactor
 from proxy.rulefile import Lines, RuleError, parse_yaml, validation_problems
 from proxy.ruleset import RuleSet
 from proxy.settings import PACKAGED_RULES, Route, Settings
@@ -253,7 +252,7 @@ class Engines:
 
 def run_exchange(ruleset: RuleSet, exchange: Exchange) -> Evaluation | None:
     """What the proxy would answer: ``None`` means the response passes through untouched."""
-    return evaluate(ruleset, exchange, Redactor(), BuildOptions())
+    return evaluate(ruleset, exchange, agent_redactor(), BuildOptions())
 
 
 def exchange_for(request: RequestSpec, response: ResponseSpec) -> Exchange:

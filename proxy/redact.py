@@ -441,6 +441,11 @@ def _gated(compiled: re.Pattern[str]) -> re.Pattern[str]:
     return cast("re.Pattern[str]", _Fast(compiled))
 
 
+#: Short texts (field names, reasons, messages) are remembered with their result.
+_CACHED_LENGTH = 256
+_CACHE_SIZE = 4096
+
+
 @dataclass(frozen=True, slots=True)
 class _Gated:
     """A pattern run only when one of its lowercase trigger substrings is present."""
@@ -515,6 +520,7 @@ class Redactor:
     def __init__(
         self, *, max_length: int = 300, neutral: str = NEUTRAL, scan_limit: int = 65_536
     ) -> None:
+        self._cache: dict[str, Scrubbed] = {}
         self._max_length = max_length
         self._neutral = neutral
         self._scan_limit = scan_limit
@@ -1063,6 +1069,18 @@ class Redactor:
 
     def scrub(self, text: str) -> Scrubbed:
         """Cut everything internal; keep at most a short useful sentence (or a neutral one)."""
+        if len(text) > _CACHED_LENGTH:
+            return self._scrub(text)
+        # errors repeat: the same field names, reasons and messages arrive again and again
+        cached = self._cache.get(text)
+        if cached is None:
+            cached = self._scrub(text)
+            if len(self._cache) >= _CACHE_SIZE:
+                del self._cache[next(iter(self._cache))]  # oldest first: bounded, never grows
+            self._cache[text] = cached
+        return cached
+
+    def _scrub(self, text: str) -> Scrubbed:
         if not text or self._is_plain(text):
             return Scrubbed(text)
         kinds: list[str] = []

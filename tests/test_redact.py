@@ -599,3 +599,14 @@ def test_re2_gate_never_rejects_what_the_pattern_matches(pattern: str, text: str
     assert compiled.search(text) is not None
     assert gated.search(text) is not None
     assert gated.sub("X", text) == compiled.sub("X", text)
+
+
+def test_scrub_cache_stays_bounded_and_consistent() -> None:
+    """Repeated short texts hit the cache with the same result; the cache never outgrows its cap."""
+    redactor = Redactor()
+    first = redactor.scrub("connect to db-7.internal failed")
+    assert redactor.scrub("connect to db-7.internal failed") is first
+    for i in range(redact_module._CACHE_SIZE + 50):
+        redactor.scrub(f"field {i} is invalid")
+    assert len(redactor._cache) == redact_module._CACHE_SIZE
+    assert "db-7.internal" not in redactor.scrub("connect to db-7.internal failed").text

@@ -1,6 +1,7 @@
 """When to retry: ``retry_after_ms`` from the headers an upstream sends.
 
-Sources, in order: ``Retry-After`` (delta-seconds or HTTP-date, RFC 9110 §10.2.3), the IETF
+Sources, in order: ``Retry-After-Ms``, ``Retry-After`` (delta-seconds or HTTP-date, RFC 9110
+§10.2.3), the IETF
 ``RateLimit`` header (``reset=``), ``RateLimit-Reset``, ``X-RateLimit-Reset`` (delta or epoch
 seconds; GitHub and others send epoch). A value from the body comes from a rule instead.
 """
@@ -15,6 +16,19 @@ from email.utils import parsedate_to_datetime
 #: Epoch timestamps are far larger than any sane delta; anything above this is an epoch.
 _EPOCH_THRESHOLD = 1_000_000_000
 _RESET_PARAM = re.compile(r"(?:^|[;,\s])reset=(\d+(?:\.\d+)?)")
+_DECIMAL = re.compile(r"\d+(?:\.\d+)?")
+_GO_DURATION = re.compile(
+    r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+)ms)?"
+)
+
+
+def _seconds_from_duration(value: str) -> float | None:
+    """OpenAI's x-ratelimit-reset-*: Go durations such as "1.8s", "6m0s", "20ms"."""
+    match = _GO_DURATION.fullmatch(value.strip())
+    if match is None or not any(match.groups()):
+        return None
+    hours, minutes, seconds, millis = (float(g) if g else 0.0 for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds + millis / 1000
 
 
 def _seconds_from_reset(value: str, now: float) -> float | None:
@@ -31,7 +45,7 @@ def _seconds_from_reset(value: str, now: float) -> float | None:
 
 def _seconds_from_retry_after(value: str, now: float) -> float | None:
     value = value.strip()
-    if value.isdigit():
+    if _DECIMAL.fullmatch(value):  # RFC 9110 says integer; Shopify and others send "2.0"
         return float(value)
     try:
         when = parsedate_to_datetime(value)
@@ -46,7 +60,9 @@ def retry_after_ms(headers: Mapping[str, str], now: float | None = None) -> int 
     """Milliseconds the upstream asks the client to wait, or ``None`` when it does not say."""
     now = time.time() if now is None else now
     seconds: float | None = None
-    if (value := headers.get("Retry-After")) is not None:
+    if (value := headers.get("Retry-After-Ms")) is not None and _DECIMAL.fullmatch(value.strip()):
+        seconds = float(value) / 1000  # Azure OpenAI: the same, in milliseconds
+    if seconds is None and (value := headers.get("Retry-After")) is not None:
         seconds = _seconds_from_retry_after(value, now)
     if seconds is None and (value := headers.get("RateLimit")) is not None:
         match = _RESET_PARAM.search(value)
@@ -56,6 +72,9 @@ def retry_after_ms(headers: Mapping[str, str], now: float | None = None) -> int 
             break
         if (value := headers.get(name)) is not None:
             seconds = _seconds_from_reset(value, now)
+    for name in ("X-RateLimit-Reset-Requests", "X-RateLimit-Reset-Tokens"):
+        if seconds is None and (value := headers.get(name)) is not None:
+            seconds = _seconds_from_duration(value)
     return None if seconds is None else round(seconds * 1000)
 
 

@@ -94,6 +94,13 @@ def _split(value: Any) -> Any:
     return value
 
 
+def _camel(value: Any) -> Any:
+    """"Items[0].Qty" or "/Items/0/Qty" -> each segment's first letter lowercased (C#, Go names)."""
+    if not isinstance(value, str):
+        return value
+    return re.sub(r"(^|[/.\[])([A-Z])", lambda m: m.group(1) + m.group(2).lower(), value)
+
+
 def _text(fn: Callable[[str], str]) -> Callable[[Any], Any]:
     return lambda v: fn(v) if isinstance(v, str) else v
 
@@ -108,6 +115,7 @@ _FILTERS: dict[str, Callable[[Any], Any]] = {
     "first": _first,
     "join": _join,
     "split": _split,
+    "camel": _camel,
     "json": lambda v: json.dumps(v, ensure_ascii=False, default=str),
 }
 

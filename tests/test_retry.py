@@ -23,6 +23,11 @@ NOW = 1_700_000_000.0
         ({"X-RateLimit-Reset": str(int(NOW * 1000) + 5000)}, 5_000),  # epoch milliseconds
         ({"X-RateLimit-Reset": "1.5"}, 1_500),
         ({"Retry-After": "3", "X-RateLimit-Reset": "60"}, 3000),  # Retry-After wins
+        ({"Retry-After": "2.0"}, 2000),
+        ({"Retry-After-Ms": "1500", "Retry-After": "2"}, 1500),
+        ({"X-RateLimit-Reset-Requests": "1.8s"}, 1800),
+        ({"X-RateLimit-Reset-Tokens": "6m0s"}, 360_000),
+        ({"X-RateLimit-Reset-Requests": "20ms"}, 20),
         ({}, None),
     ],
 )

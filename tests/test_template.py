@@ -16,6 +16,7 @@ VARS: dict[str, Any] = {
     "empty": "",
     "evil": "{{ secret }}",
     "secret": "s3cr3t",
+    "go_field": "Items[0].Qty",
 }
 
 
@@ -41,6 +42,7 @@ def identity(text: str) -> str:
         ('{{ missing | default("fallback") }}', "fallback"),
         ("a{{ missing }}b", "ab"),
         ("{{ loc | first }}", "body"),
+        ("{{ go_field | camel | pointer }}", "/items/0/qty"),
     ],
 )
 def test_render(source: str, expected: Any) -> None:

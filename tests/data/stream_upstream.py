@@ -1,4 +1,4 @@
-"""A loopback upstream for subprocess tests: /bytes/N streams N deterministic bytes, /sink hashes."""
+"""A loopback upstream for subprocess tests: /bytes/N streams N bytes, /sink hashes the body."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ Recorded responses for ``mend check --coverage DIR``: see ``load_recorded``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -253,6 +253,19 @@ class Engines:
 def run_exchange(ruleset: RuleSet, exchange: Exchange) -> Evaluation | None:
     """What the proxy would answer: ``None`` means the response passes through untouched."""
     return evaluate(ruleset, exchange, agent_redactor(), BuildOptions())
+
+
+def replay(
+    engines: Engines,
+    response: Mapping[str, Any],
+    request: Mapping[str, Any] | None = None,
+    success_rules: Sequence[str] = (),
+) -> Evaluation | None:
+    """A recorded response (a case's ``response:`` mapping) through the shipped packs."""
+    exchange = exchange_for(
+        RequestSpec.model_validate(request or {}), ResponseSpec.model_validate(response)
+    )
+    return run_exchange(engines.get(success_rules=success_rules).routes["default"], exchange)
 
 
 def exchange_for(request: RequestSpec, response: ResponseSpec) -> Exchange:

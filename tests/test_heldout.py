@@ -12,20 +12,15 @@ and also on a route whose success_rules enable every pack.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from proxy.build import BuildOptions
-from proxy.engine import Engine
-from proxy.evaluate import Evaluation, evaluate, recorded_exchange
-from proxy.redact import Redactor
-from proxy.settings import Route, Settings
+from proxy import ruletest
+from proxy.evaluate import Evaluation
 
 HELDOUT = Path(__file__).resolve().parent / "corpus" / "heldout"
 
@@ -33,12 +28,6 @@ TARGET_CATEGORY = 0.95
 TARGET_RETRYABLE = 0.98
 TARGET_FIELDS = 0.90
 TARGET_RETRY_AFTER = 1.0
-
-
-@cache
-def _engine(success_rules: tuple[str, ...]) -> Engine:
-    route = Route(name="default", upstream="http://x", success_rules=success_rules)
-    return Engine.load(Settings(routes=(route,)))
 
 
 def _load() -> list[dict[str, Any]]:
@@ -53,27 +42,11 @@ def _load() -> list[dict[str, Any]]:
 CASES = _load()
 
 
+ENGINES = ruletest.Engines()
+
+
 def _run(case: dict[str, Any], success_rules: tuple[str, ...]) -> Evaluation | None:
-    response = case["response"]
-    request = case.get("request") or {}
-    headers = {str(k): str(v) for k, v in (response.get("headers") or {}).items()}
-    if "json" in response:
-        body = json.dumps(response["json"]).encode()
-        headers.setdefault("Content-Type", "application/json")
-    else:
-        body = str(response.get("body") or "").encode()
-    exchange = recorded_exchange(
-        status=int(response["status"]),
-        body=body,
-        headers=headers,
-        method=request.get("method", "GET"),
-        path=request.get("path", "/"),
-        request_headers=request.get("headers"),
-    )
-    ruleset = _engine(success_rules).routes["default"]
-    if not ruleset.inspects(exchange.status or 0):
-        return None
-    return evaluate(ruleset, exchange, Redactor(), BuildOptions())
+    return ruletest.replay(ENGINES, case["response"], case.get("request"), success_rules)
 
 
 @dataclass

@@ -7,57 +7,31 @@ all default packs plus the built-in fallbacks, on a route whose ``success_rules`
 from __future__ import annotations
 
 import json
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from proxy.build import BuildOptions
-from proxy.engine import Engine
-from proxy.evaluate import Evaluation, evaluate, recorded_exchange
-from proxy.redact import Redactor
+from proxy import ruletest
+from proxy.evaluate import Evaluation
 from proxy.rulefile import load_rules
-from proxy.settings import PACKAGED_RULES, Route, Settings
+from proxy.settings import PACKAGED_RULES
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = sorted((ROOT / "rules" / "tests").glob("*.yaml"))
 CORPUS = ROOT / "tests" / "corpus" / "responses"
 
 
-@cache
-def _engine(success_rules: tuple[str, ...]) -> Engine:
-    route = Route(name="default", upstream="http://x", success_rules=success_rules)
-    return Engine.load(Settings(routes=(route,)))
+ENGINES = ruletest.Engines()
 
 
 def _run(
     response: dict[str, Any],
     request: dict[str, Any] | None = None,
     success_rules: tuple[str, ...] = (),
-    body: bytes | None = None,
 ) -> Evaluation | None:
-    request = request or {}
-    headers = {str(k): str(v) for k, v in (response.get("headers") or {}).items()}
-    if body is None:
-        if "json" in response:
-            body = json.dumps(response["json"]).encode()
-            headers.setdefault("Content-Type", "application/json")
-        else:
-            body = str(response.get("body", "")).encode()
-    exchange = recorded_exchange(
-        status=int(response["status"]),
-        body=body,
-        headers=headers,
-        method=request.get("method", "GET"),
-        path=request.get("path", "/"),
-        request_headers=request.get("headers"),
-    )
-    ruleset = _engine(success_rules).routes["default"]
-    if not ruleset.inspects(exchange.status or 0):
-        return None
-    return evaluate(ruleset, exchange, Redactor(), BuildOptions())
+    return ruletest.replay(ENGINES, response, request, success_rules)
 
 
 def _subset(expected: Any, actual: Any, where: str = "") -> list[str]:
@@ -129,9 +103,9 @@ def _corpus() -> list[Any]:
 @pytest.mark.parametrize("entry", _corpus())
 def test_corpus(entry: dict[str, Any]) -> None:
     """A recorded real-world response gets the right category, retryability and fields."""
-    body = (CORPUS / entry["file"]).read_bytes()
-    response = {"status": entry["status"], "headers": entry.get("headers") or {}}
-    result = _run(response, entry.get("request"), tuple(entry.get("success_rules") or ()), body)
+    body = (CORPUS / entry["file"]).read_bytes().decode("utf-8", errors="replace")
+    response = {"status": entry["status"], "headers": entry.get("headers") or {}, "body": body}
+    result = _run(response, entry.get("request"), tuple(entry.get("success_rules") or ()))
     expect = entry["expect"]
     if expect == "passthrough":
         assert result is None, f"rewritten by {result.match.rule.id if result else ''}"

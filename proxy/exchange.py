@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from proxy.query import Query
 
 
 class _NotJson:
@@ -37,7 +40,7 @@ class Exchange:
     def is_json(self) -> bool:
         return self.json is not NOT_JSON
 
-    def query(self, expression: str, compiled: Any) -> Any:
+    def query(self, expression: str, compiled: Query) -> Any:
         """``compiled.search(self.json)``, computed once per expression per exchange."""
         try:
             return self.queried[expression]

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import jmespath
 import jmespath.exceptions
 import re2
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from proxy.envelope import Action, Category, Severity
+from proxy.query import Query, compile_query
 from proxy.template import Template, TemplateError
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -50,9 +50,9 @@ def compile_regex(pattern: str) -> Any:
         raise ValueError(f"bad regex {pattern!r}: {detail}") from exc
 
 
-def compile_jmespath(query: str) -> Any:
+def compile_jmespath(query: str) -> Query:
     try:
-        return jmespath.compile(query)
+        return compile_query(query)
     except jmespath.exceptions.JMESPathError as exc:
         raise ValueError(f"bad JMESPath query {query!r}: {exc}") from exc
 

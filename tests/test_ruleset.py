@@ -145,3 +145,20 @@ def test_body_prefilter_keeps_first_match_semantics(body: str, rule: str) -> Non
     match = ruleset.match(exchange(500, body))
     assert match is not None
     assert match.rule.id == rule
+
+
+def test_a_query_upstream_data_cannot_answer_falls_through() -> None:
+    """``length(errors)`` on ``{"errors": 5}`` fails that rule, not the request."""
+    text = """\
+rules:
+  - id: t.many
+    when: {status: 400, json: [{query: "length(errors) > `1`"}]}
+    envelope: {code: MANY, category: validation}
+  - id: t.rest
+    when: {status: 400}
+    envelope: {code: REST, category: validation}
+"""
+    rules = RuleSet.build([Rule.compile(r) for r in load_rule_text(text, "t.yaml", "t")], ())
+    match = rules.match(exchange(400, '{"errors": 5}'))
+    assert match is not None
+    assert match.rule.id == "t.rest"

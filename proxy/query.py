@@ -1,0 +1,232 @@
+"""JMESPath queries over upstream JSON, compiled once into plain Python closures.
+
+Every 4xx and 5xx is asked dozens of rule questions, and ``jmespath``'s tree interpreter spends
+most of a rewrite walking its AST with a generic visitor. The shapes rules actually use (field
+paths, indexes, ``||``, comparisons, ``type``/``length``/``keys``/``values``) compile here into
+closures with the interpreter's exact semantics; anything else (projections, filters, pipes)
+keeps ``jmespath`` itself. Both paths turn a runtime type error, which upstream data can
+provoke at will (``length(errors)`` on ``{"errors": 5}``), into ``None``: the question does not
+apply to this body, and the next rule gets its turn.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jmespath
+import jmespath.exceptions
+
+Getter = Callable[[Any], Any]
+
+
+class _NotCompiled(Exception):
+    """The AST uses a construct this module leaves to ``jmespath``."""
+
+
+class _TypeMismatch(Exception):
+    """A function got an argument of a type JMESPath does not allow."""
+
+
+def _is_false(value: Any) -> bool:
+    # JMESPath's falsiness, not Python's: 0 is true, empty containers and strings are false
+    return value in ("", [], {}) or value is None or value is False
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _equals(left: Any, right: Any) -> bool:
+    # Python says 1 == True; JMESPath does not
+    if _is_number(left) and left in (0, 1):
+        return not isinstance(right, bool) and left == right
+    if _is_number(right) and right in (0, 1):
+        return not isinstance(left, bool) and left == right
+    return bool(left == right)
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, int | float):
+        return "number"
+    return "null"
+
+
+def _length(value: Any) -> int:
+    if type(value) not in (str, list, dict):
+        raise _TypeMismatch
+    return len(value)
+
+
+def _keys(value: Any) -> list[Any]:
+    if type(value) is not dict:
+        raise _TypeMismatch
+    return list(value.keys())
+
+
+def _values(value: Any) -> list[Any]:
+    if type(value) is not dict:
+        raise _TypeMismatch
+    return list(value.values())
+
+
+_FUNCTIONS: dict[str, Callable[[Any], Any]] = {
+    "type": _type_name,
+    "length": _length,
+    "keys": _keys,
+    "values": _values,
+}
+_ORDERING: dict[str, Callable[[Any, Any], Any]] = {
+    "lt": operator.lt,
+    "gt": operator.gt,
+    "lte": operator.le,
+    "gte": operator.ge,
+}
+
+
+def _field(key: str) -> Getter:
+    return lambda value: value.get(key) if type(value) is dict else None
+
+
+def _index(position: int) -> Getter:
+    def get(value: Any) -> Any:
+        if type(value) is not list:
+            return None
+        try:
+            return value[position]
+        except IndexError:
+            return None
+
+    return get
+
+
+def _chain(steps: list[Getter]) -> Getter:
+    if len(steps) == 1:
+        return steps[0]
+    if len(steps) == 2:
+        first, second = steps
+        return lambda value: second(first(value))
+
+    def run(value: Any) -> Any:
+        for step in steps:
+            value = step(value)
+        return value
+
+    return run
+
+
+def _or(left: Getter, right: Getter) -> Getter:
+    def get(value: Any) -> Any:
+        found = left(value)
+        return right(value) if _is_false(found) else found
+
+    return get
+
+
+def _and(left: Getter, right: Getter) -> Getter:
+    def get(value: Any) -> Any:
+        found = left(value)
+        return found if _is_false(found) else right(value)
+
+    return get
+
+
+def _not(inner: Getter) -> Getter:
+    def get(value: Any) -> Any:
+        found = inner(value)
+        if _is_number(found) and found == 0:
+            return False  # JMESPath: !0 is false, 0 being true
+        return not found
+
+    return get
+
+
+def _comparator(op: str, left: Getter, right: Getter) -> Getter:
+    if op == "eq":
+        return lambda value: _equals(left(value), right(value))
+    if op == "ne":
+        return lambda value: not _equals(left(value), right(value))
+    compare = _ORDERING[op]
+
+    def ordered(value: Any) -> Any:
+        a, b = left(value), right(value)
+        comparable = (_is_number(a) or isinstance(a, str)) and (_is_number(b) or isinstance(b, str))
+        return compare(a, b) if comparable else None
+
+    return ordered
+
+
+def _function(name: str, args: list[Getter]) -> Getter:
+    fn = _FUNCTIONS.get(name)
+    if fn is None or len(args) != 1:
+        raise _NotCompiled(name)
+    (arg,) = args
+    return lambda value: fn(arg(value))
+
+
+def _constant(constant: Any) -> Getter:
+    return lambda _: constant
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _compile(node: Mapping[str, Any]) -> Getter:
+    kind = node["type"]
+    children = node.get("children", [])
+    if kind == "field":
+        return _field(node["value"])
+    if kind == "index" and isinstance(node["value"], int):
+        return _index(node["value"])
+    if kind in ("subexpression", "index_expression"):
+        return _chain([_compile(child) for child in children])
+    if kind in ("current", "identity"):
+        return _identity
+    if kind == "literal":
+        return _constant(node["value"])
+    if kind == "or_expression":
+        return _or(_compile(children[0]), _compile(children[1]))
+    if kind == "and_expression":
+        return _and(_compile(children[0]), _compile(children[1]))
+    if kind == "not_expression":
+        return _not(_compile(children[0]))
+    if kind == "comparator":
+        return _comparator(node["value"], _compile(children[0]), _compile(children[1]))
+    if kind == "function_expression":
+        return _function(node["value"], [_compile(child) for child in children])
+    raise _NotCompiled(kind)
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One compiled JMESPath expression; ``search`` never raises on any JSON value."""
+
+    expression: str
+    _get: Getter
+    native: bool
+
+    def search(self, document: Any) -> Any:
+        try:
+            return self._get(document)
+        except (_TypeMismatch, jmespath.exceptions.JMESPathError, TypeError):
+            return None
+
+
+def compile_query(expression: str) -> Query:
+    """Raises ``jmespath.exceptions.JMESPathError`` for a query that does not parse."""
+    parsed = jmespath.compile(expression)
+    try:
+        return Query(expression, _compile(parsed.parsed), native=True)
+    except _NotCompiled:
+        return Query(expression, parsed.search, native=False)

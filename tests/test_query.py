@@ -1,0 +1,167 @@
+"""proxy.query: compiled JMESPath must answer exactly as the jmespath library does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jmespath
+import jmespath.exceptions
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.query import compile_query
+
+RULES = Path(__file__).resolve().parent.parent / "rules"
+
+HANDWRITTEN = [
+    "a",
+    "a.b.c",
+    "a[0]",
+    "a[-1].b",
+    "a.b[0].c || d",
+    "a || b || c",
+    "a && b",
+    "!a",
+    "!a && b != `null`",
+    "a == `1`",
+    "a == `true`",
+    "a != 'x'",
+    "a < b",
+    "a >= `2`",
+    "type(a)",
+    "length(a)",
+    "keys(a)",
+    "values(a)[0]",
+    "length(keys(@)) > `0`",
+    '"quoted-key".x',
+    "@",
+    "`[1, 2]`",
+    "a[*].b",  # projection: left to jmespath
+    "a | [0]",  # pipe: left to jmespath
+    "length(a, b)",  # wrong arity: an error at run time, so None
+]
+
+
+def _queries_in(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        found = [v for k, v in node.items() if k == "query" and isinstance(v, str)]
+        return found + [q for v in node.values() for q in _queries_in(v)]
+    if isinstance(node, list):
+        return [q for v in node for q in _queries_in(v)]
+    return []
+
+
+def _pack_queries() -> list[str]:
+    found: set[str] = set()
+    for path in RULES.glob("*.yaml"):
+        found.update(_queries_in(yaml.safe_load(path.read_text())))
+    return sorted(found)
+
+
+EXPRESSIONS = HANDWRITTEN + _pack_queries()
+
+
+def _reference(expression: str, document: Any) -> Any:
+    try:
+        return jmespath.search(expression, document)
+    except (jmespath.exceptions.JMESPathError, TypeError):
+        return None
+
+
+def _same(left: Any, right: Any) -> bool:
+    # 1 == True in Python; results must agree in type as well as value
+    return type(left) is type(right) and left == right
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-2, 2) | st.floats(-2, 2) | st.sampled_from(["", "x"]),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                ["a", "b", "c", "d", "x", "errors", "detail", "message", "code", "error", "type"]
+            ),
+            children,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
+
+DOCUMENTS = [
+    None,
+    5,
+    "text",
+    [],
+    {},
+    {"a": {"b": {"c": 1}}, "d": 2},
+    {"a": [{"b": 1}, {"b": 2}], "b": 1},
+    {"a": 1, "b": True},
+    {"a": 0, "b": ""},
+    {"a": "x", "b": "y"},
+    {"a": [], "b": {}, "c": False},
+    {"quoted-key": {"x": "y"}},
+    {"errors": 5},
+    {"errors": {"qty": ["must be positive"]}, "message": "Invalid"},
+    {"detail": [{"loc": ["body", "qty"], "msg": "bad", "type": "value_error"}]},
+]
+
+
+@pytest.mark.parametrize("expression", EXPRESSIONS)
+def test_agrees_with_jmespath_on_fixed_documents(expression: str) -> None:
+    """Every shipped and handwritten query gives jmespath's answer on typical bodies."""
+    query = compile_query(expression)
+    wrong = [
+        (doc, query.search(doc), _reference(expression, doc))
+        for doc in DOCUMENTS
+        if not _same(query.search(doc), _reference(expression, doc))
+    ]
+    assert wrong == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(document=_json, expression=st.sampled_from(EXPRESSIONS))
+def test_agrees_with_jmespath_on_any_json(document: Any, expression: str) -> None:
+    """Random JSON values never make the compiled form and jmespath disagree."""
+    assert _same(compile_query(expression).search(document), _reference(expression, document))
+
+
+@pytest.mark.parametrize(
+    ("expression", "document"),
+    [
+        ("length(errors)", {"errors": 5}),
+        ("keys(errors)", {"errors": "x"}),
+        ("values(@)", [1]),
+        ("length(errors[*].x)", {"errors": 5}),
+        ("sort(@)", [1, "a"]),
+    ],
+)
+def test_type_errors_are_none(expression: str, document: Any) -> None:
+    """Upstream data that a function cannot take answers None instead of raising."""
+    assert compile_query(expression).search(document) is None
+
+
+@pytest.mark.parametrize(
+    ("expression", "native"),
+    [
+        ("detail[0].loc", True),
+        ("errors || error.errors", True),
+        ("type(message) == 'string'", True),
+        ("length(keys(@)) > `0`", True),
+        ("errors[*].field", False),
+        ("errors | [0]", False),
+        ("sort(@)", False),
+    ],
+)
+def test_common_shapes_compile_natively(expression: str, native: bool) -> None:
+    """The shapes rules use most skip the tree interpreter; the rest still work through it."""
+    assert compile_query(expression).native is native
+
+
+def test_bad_syntax_raises_at_compile_time() -> None:
+    """A query that does not parse fails when rules load, not per request."""
+    with pytest.raises(jmespath.exceptions.ParseError):
+        compile_query("a[")

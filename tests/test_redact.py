@@ -610,3 +610,33 @@ def test_scrub_cache_stays_bounded_and_consistent() -> None:
         redactor.scrub(f"field {i} is invalid")
     assert len(redactor._cache) == redact_module._CACHE_SIZE
     assert "db-7.internal" not in redactor.scrub("connect to db-7.internal failed").text
+
+
+_TOKEN = re.compile(r"(?<![\w+/-])[A-Za-z0-9_-]{24,512}+={0,2}(?![\w+/-])")
+_TOKENISH = st.text(alphabet="aZ9_-=+/ .é\n", max_size=120) | st.builds(
+    lambda a, b, c: a + b + c,
+    st.text(alphabet=" =+/é-", max_size=3),
+    st.text(alphabet="aZ9_-", min_size=20, max_size=40),
+    st.text(alphabet=" =+/é-a", max_size=4),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.lists(_TOKENISH, max_size=6).map("".join))
+def test_anchored_pattern_matches_exactly_like_re(text: str) -> None:
+    """Trying ``re`` only where RE2 finds a candidate start changes no match."""
+    anchored = redact_module._Anchored(_TOKEN, r"[A-Za-z0-9_-]{24,}")
+    assert anchored.sub(lambda m: f"<{m.group(0)}>", text) == _TOKEN.sub(
+        lambda m: f"<{m.group(0)}>", text
+    )
+    assert anchored.findall(text) == _TOKEN.findall(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet="abkeytoPWD=:_ ", max_size=1200))
+def test_trigger_set_agrees_with_substring_checks(text: str) -> None:
+    """Long texts take the RE2 set, short ones ``in``; both say the same."""
+    lists = [(), ("key",), ("pwd", "token"), ("=",), ("zzz",)]
+    lowered = text.lower()
+    expected = [not t or any(x in lowered for x in t) for t in lists]
+    assert redact_module._TriggerSet(lists).present(lowered) == expected

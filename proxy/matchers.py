@@ -192,6 +192,38 @@ def compile_when(when: When) -> tuple[Predicate, ...]:
     return tuple(preds)
 
 
+Requirement = frozenset[str]
+
+
+def _needs(cond: JsonCondition) -> Requirement | None:
+    """Keys a JSON body must have one of for ``cond`` to hold, when that is certain."""
+    given = cond.model_fields_set
+    if "equals" in given and cond.equals is None:
+        return None
+    if "one_of" in given and None in (cond.one_of or []):
+        return None
+    if "exists" in given and not cond.exists:
+        return None
+    # every other form is false on a null (or non-JSON) value
+    return compile_jmespath(cond.query).roots
+
+
+def required_keys(when: When) -> tuple[Requirement, ...]:
+    """Sets of top-level JSON keys a body must meet (one key of each) for ``when`` to hold.
+
+    Derived once at load from conditions that are certainly false when their query is null, so a
+    rule whose keys are absent is skipped without evaluating a single predicate.
+    """
+    needs = [n for c in when.json_ or () if (n := _needs(c)) is not None]
+    for sub in when.all or ():
+        needs.extend(required_keys(sub))
+    if when.any:
+        per_branch = [required_keys(sub) for sub in when.any]
+        if all(per_branch):
+            needs.append(frozenset().union(*(branch[0] for branch in per_branch)))
+    return tuple(dict.fromkeys(needs))
+
+
 def _block(kind: str, when: When) -> Predicate:
     """A nested ``when`` block as one predicate (status included, since no index covers it)."""
     preds = list(compile_when(when))

@@ -208,6 +208,20 @@ def _compile(node: Mapping[str, Any]) -> Getter:
     raise _NotCompiled(kind)
 
 
+def _roots(node: Mapping[str, Any]) -> frozenset[str] | None:
+    """Top-level keys of which at least one must be present for a non-null result, if known."""
+    kind = node["type"]
+    children = node.get("children", [])
+    if kind == "field":
+        return frozenset([node["value"]])
+    if kind in ("subexpression", "index_expression", "and_expression"):
+        return _roots(children[0])  # null on the left stays null (`&&` returns its falsy left)
+    if kind == "or_expression":
+        left, right = _roots(children[0]), _roots(children[1])
+        return None if left is None or right is None else left | right
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Query:
     """One compiled JMESPath expression; ``search`` never raises on any JSON value."""
@@ -215,6 +229,8 @@ class Query:
     expression: str
     _get: Getter
     native: bool
+    #: the query is null on any JSON object that has none of these keys (None: no such set)
+    roots: frozenset[str] | None = None
 
     def search(self, document: Any) -> Any:
         try:
@@ -226,7 +242,8 @@ class Query:
 def compile_query(expression: str) -> Query:
     """Raises ``jmespath.exceptions.JMESPathError`` for a query that does not parse."""
     parsed = jmespath.compile(expression)
+    roots = _roots(parsed.parsed)
     try:
-        return Query(expression, _compile(parsed.parsed), native=True)
+        return Query(expression, _compile(parsed.parsed), native=True, roots=roots)
     except _NotCompiled:
-        return Query(expression, parsed.search, native=False)
+        return Query(expression, parsed.search, native=False, roots=roots)

@@ -16,7 +16,7 @@ import re2
 
 from proxy.build import CompiledEnvelope
 from proxy.exchange import Exchange
-from proxy.matchers import Found, Predicate, compile_when, statuses
+from proxy.matchers import Found, Predicate, compile_when, required_keys, statuses
 from proxy.rulefile import Docs, LoadedRule, compile_jmespath, re2_options
 
 ERROR_STATUSES = frozenset(range(400, 600))
@@ -36,6 +36,8 @@ class Rule:
     envelope: CompiledEnvelope
     docs: Docs | None
     body_pattern: str | None  # the top-level `body` regex, for the status bucket's prefilter
+    #: JSON keys the body must have (one of each set), else the rule cannot match
+    requires: tuple[frozenset[str], ...] = ()
 
     @classmethod
     def compile(cls, loaded: LoadedRule) -> Rule:
@@ -53,6 +55,7 @@ class Rule:
             envelope=CompiledEnvelope.compile(spec.envelope),
             docs=spec.docs,
             body_pattern=spec.when.body,
+            requires=required_keys(spec.when),
         )
 
     @property
@@ -87,6 +90,7 @@ class Verdict:
     found: Found = field(default_factory=dict)
 
 
+_NO_KEYS: frozenset[str] = frozenset()
 #: Below this many body regexes in one status bucket, trying them in turn is as cheap as a set.
 _PREFILTER_MIN = 8
 
@@ -151,7 +155,11 @@ class RuleSet:
         status = exchange.status or 0
         prefilter = self.prefilters.get(status)
         hits: frozenset[int] | None = None
+        body = exchange.json
+        keys = body.keys() if isinstance(body, dict) else _NO_KEYS
         for rule in self.index.get(status, ()):
+            if rule.requires and any(keys.isdisjoint(need) for need in rule.requires):
+                continue
             if prefilter is not None and rule.body_pattern is not None:
                 if hits is None:
                     hits = prefilter.hits(exchange.text)

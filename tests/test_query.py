@@ -165,3 +165,22 @@ def test_bad_syntax_raises_at_compile_time() -> None:
     """A query that does not parse fails when rules load, not per request."""
     with pytest.raises(jmespath.exceptions.ParseError):
         compile_query("a[")
+
+
+@pytest.mark.parametrize(
+    ("expression", "roots"),
+    [
+        ("a", {"a"}),
+        ("a.b[0].c", {"a"}),
+        ("a || b.c", {"a", "b"}),
+        ("a && b", {"a"}),
+        ("a || type(b)", None),
+        ("[0].a", None),
+        ("type(a)", None),
+        ("a == `1`", None),
+    ],
+)
+def test_roots(expression: str, roots: set[str] | None) -> None:
+    """A query names the top-level keys without which it is null, only when that is certain."""
+    got = compile_query(expression).roots
+    assert (set(got) if got is not None else None) == roots

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from proxy import ruletest
 from proxy.evaluate import recorded_exchange
-from proxy.rulefile import load_rule_text
+from proxy.matchers import required_keys
+from proxy.rulefile import When, load_rule_text
 from proxy.ruleset import Rule, RuleSet
 
 RULES = """\
@@ -162,3 +166,54 @@ rules:
     match = rules.match(exchange(400, '{"errors": 5}'))
     assert match is not None
     assert match.rule.id == "t.rest"
+
+
+def _corpus() -> list[Any]:
+    """Every recorded response the repository holds: held-out corpus and pack test cases."""
+    root = Path(__file__).resolve().parent
+    found: list[Any] = []
+    for file in sorted((root / "corpus" / "heldout").glob("*.yaml")):
+        for case in yaml.safe_load(file.read_text(encoding="utf-8"))["cases"]:
+            found.append(
+                (
+                    ruletest.RequestSpec.model_validate(case.get("request") or {}),
+                    ruletest.ResponseSpec.model_validate(case["response"]),
+                )
+            )
+    cases, _ = ruletest.load_cases([root.parent / "rules" / "tests"])
+    found.extend((c.case.request, c.case.response) for c in cases)
+    return found
+
+
+def test_skipping_rules_never_changes_the_winner() -> None:
+    """The status index, body prefilter and JSON key requirements only skip rules that fail."""
+    rules = ruletest.Engines().get(success_rules=("*",)).routes["default"]
+    checked = 0
+    for request, response in _corpus():
+        ex = ruletest.exchange_for(request, response)
+        brute = next((r.id for r in rules.rules if ex.status in r.statuses and r.test(ex)[0]), None)
+        indexed = rules.match(ex)
+        assert (indexed.rule.id if indexed else None) == brute, response
+        checked += 1
+    assert checked > 400
+
+
+@pytest.mark.parametrize(
+    ("when", "requires"),
+    [
+        ({"json": [{"query": "detail[0].loc"}]}, [{"detail"}]),
+        ({"json": [{"query": "errors || error.errors"}]}, [{"errors", "error"}]),
+        ({"json": [{"query": "error.type", "equals": "card_error"}]}, [{"error"}]),
+        ({"json": [{"query": "error.type", "equals": None}]}, []),
+        ({"json": [{"query": "code", "one_of": [3, None]}]}, []),
+        ({"json": [{"query": "code", "exists": False}]}, []),
+        ({"json": [{"query": "type(message)", "equals": "string"}]}, []),
+        ({"json": [{"query": "ok", "equals": False}, {"query": "error"}]}, [{"ok"}, {"error"}]),
+        ({"any": [{"json": [{"query": "a"}]}, {"json": [{"query": "b.c"}]}]}, [{"a", "b"}]),
+        ({"any": [{"json": [{"query": "a"}]}, {"body": "x"}]}, []),
+        ({"all": [{"json": [{"query": "a"}]}], "not": {"json": [{"query": "b"}]}}, [{"a"}]),
+    ],
+)
+def test_required_keys(when: dict[str, Any], requires: list[set[str]]) -> None:
+    """Only conditions that are certainly false on a missing key make a requirement."""
+    assert [set(r) for r in required_keys(When.model_validate(when))] == requires

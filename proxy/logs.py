@@ -23,6 +23,7 @@ def _drop_none(_: WrappedLogger, __: str, event: EventDict) -> EventDict:
 
 
 def make_logger(stream: TextIO | None = None) -> structlog.typing.FilteringBoundLogger:
+    # bind() once: the lazy proxy wrap_logger returns would rebuild the logger on every call
     return structlog.wrap_logger(  # type: ignore[no-any-return]
         structlog.WriteLogger(stream or sys.stdout),
         processors=[
@@ -32,4 +33,4 @@ def make_logger(stream: TextIO | None = None) -> structlog.typing.FilteringBound
             structlog.processors.JSONRenderer(serializer=_orjson_dumps),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(0),
-    )
+    ).bind()

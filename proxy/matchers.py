@@ -182,13 +182,13 @@ def compile_when(when: When) -> tuple[Predicate, ...]:
         preds.append(
             Predicate(
                 "any of [" + "; ".join(b.description for b in blocks) + "]",
-                lambda ex, found: any(b(ex, found) for b in blocks),
+                lambda ex, found: any(b.test(ex, found) for b in blocks),
                 sum(b.cost for b in blocks),
             )
         )
     if when.not_ is not None:
         inner = _block("not", when.not_)
-        preds.append(Predicate(f"not ({inner.description})", lambda ex, _: not inner(ex, {})))
+        preds.append(Predicate(f"not ({inner.description})", lambda ex, _: not inner.test(ex, {})))
     return tuple(preds)
 
 
@@ -232,11 +232,14 @@ def _block(kind: str, when: When) -> Predicate:
         preds.insert(0, Predicate(f"status in {when.status}", lambda ex, _: ex.status in codes))
     description = " and ".join(p.description for p in preds) or "always"
 
+    tests = tuple(p.test for p in preds)
+
     def test(ex: Exchange, found: Found) -> bool:
         local: Found = {}
-        if all(p(ex, local) for p in preds):
-            found.update(local)
-            return True
-        return False
+        for check in tests:
+            if not check(ex, local):
+                return False
+        found.update(local)
+        return True
 
     return Predicate(description, test, sum(p.cost for p in preds))

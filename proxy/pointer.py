@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 _SEGMENTS = re.compile(r"[^.\[\]/'\"]+")
+_COMPOUND = re.compile(r"[.\[\]]|^\$")
 #: Leading segments that say where a field lives, not which field it is.
 LOCATION_PREFIXES = (
     "body",
@@ -55,7 +56,7 @@ def _escape(segment: str) -> str:
 def _split(segment: object) -> list[str]:
     """One segment, or the several a dotted/bracketed/JSONPath string segment stands for."""
     text = str(segment)
-    if isinstance(segment, str) and re.search(r"[.\[\]]|^\$", text):
+    if isinstance(segment, str) and _COMPOUND.search(text):
         return [p for p in _SEGMENTS.findall(text.removeprefix("$")) if p != "$"]
     return [text]
 

@@ -66,7 +66,7 @@ class Rule:
         """Whether the rule matches, the variables it found, and the first predicate that failed."""
         found: Found = {}
         for predicate in self.predicates:
-            if not predicate(exchange, found):
+            if not predicate.test(exchange, found):
                 return False, found, predicate
         if exchange.is_json:
             for name, expression, query in self.queries:

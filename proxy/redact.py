@@ -731,7 +731,9 @@ class Redactor:
                     r"(?i)(?:password|passwd|passphrase|pwd|secret|token|api[_-]?key|apikey"
                     r"|access[_-]?key|private[_-]?key|credentials?|signature|session[_-]?id"
                     r"|sessid|accountkey|sharedaccesskey|security[_-]?token|auth[_-]?key"
-                    r"|jsessionid|phpsessid|connect\.sid|csrf)[\w.-]{0,40}+[\"']?"
+                    r"|jsessionid|phpsessid|connect\.sid|csrf)[\w.-]{0,40}+"
+                    # a class name is not a key: "InvalidTokenException: token expired" is prose
+                    r"(?<!exception)(?<!error)(?<!exceeded)[\"']?"
                     r"(?:\s{0,3}[:=]\s{0,3}+|>|\s{0,3}</t[dh]>\s{0,5}<t[dh][^<>]{0,100}>\s{0,5}+"
                     r"(?:<(?:pre|code)[^<>]{0,50}>)?)"
                     r"(\"[^\"\n]{1,500}+\"|'[^'\n]{1,500}+'|[^\s\"'&;,<>{}\[\]()]{1,500}+)"

@@ -640,3 +640,16 @@ def test_trigger_set_agrees_with_substring_checks(text: str) -> None:
     lowered = text.lower()
     expected = [not t or any(x in lowered for x in t) for t in lists]
     assert redact_module._TriggerSet(lists).present(lowered) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Caused by: org.acme.ZqsecretException: refused",
+        "InvalidTokenError: the token has expired",
+        "PasswordPolicyException: must contain a digit",
+    ],
+)
+def test_exception_names_are_not_secret_keys(text: str) -> None:
+    """A class name containing "token" or "secret" is not a ``key: value`` pair to mask."""
+    assert Redactor().mask(text).text == text

@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -63,6 +64,16 @@ def _status(url: str, method: str = "GET") -> int:
         return exc.code
 
 
+def _reloads(admin: str) -> float:
+    with urllib.request.urlopen(f"{admin}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("mend_rule_reloads_total{") and 'result="success"' in line
+    )
+
+
 def test_metrics_aggregate_across_workers(
     workers: tuple[subprocess.Popen[bytes], str, str],
 ) -> None:
@@ -88,6 +99,10 @@ def test_reload_reaches_every_worker_and_sigterm_stops_all(
     """POST /-/reload validates once and signals the workers; SIGTERM ends every process."""
     proc, _, admin = workers
     assert _status(f"{admin}/-/reload", method="POST") == 200
+    # the workers reload on their own time: wait until both have counted it (2 loads + 2 reloads)
+    deadline = time.monotonic() + 30
+    while _reloads(admin) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
     output = proc.stdout.read().decode() if proc.stdout else ""

@@ -19,9 +19,9 @@ from multiprocessing.process import BaseProcess
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, multiprocess
-from prometheus_client.aiohttp import make_aiohttp_handler
 from structlog.typing import FilteringBoundLogger
 
+from proxy.admin import admin_application
 from proxy.engine import Engine
 from proxy.logs import make_logger
 from proxy.rulefile import RuleError
@@ -86,9 +86,6 @@ class Supervisor:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=self.metrics_dir)  # type: ignore[no-untyped-call]
 
-        async def healthz(_: web.Request) -> web.Response:
-            return web.json_response({"status": "ok"})
-
         async def readyz(_: web.Request) -> web.Response:
             alive = sum(p.is_alive() for p in self.workers)
             ready = alive == len(self.workers)
@@ -112,12 +109,7 @@ class Supervisor:
                 {"status": "reloaded", "rules": engine.rule_count, "workers": len(self.workers)}
             )
 
-        app = web.Application()
-        app.router.add_get("/metrics", make_aiohttp_handler(registry))
-        app.router.add_get("/healthz", healthz)
-        app.router.add_get("/readyz", readyz)
-        app.router.add_post("/-/reload", reload)
-        return app
+        return admin_application(registry, readyz=readyz, reload=reload)
 
     async def run(self) -> None:
         self.workers = [self.start_worker() for _ in range(self.settings.workers)]

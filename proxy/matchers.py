@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.exchange import Exchange
+from proxy.query import json_equals
 from proxy.rulefile import JsonCondition, When, compile_jmespath, compile_regex, parse_status
 
 Found = dict[str, Any]
@@ -97,11 +98,21 @@ def _json_predicate(cond: JsonCondition) -> Predicate:
 
     if "equals" in given:
         expected = cond.equals
-        return Predicate(f"json {cond.query} == {expected!r}", lambda ex, _: value(ex) == expected)
+        return Predicate(
+            f"json {cond.query} == {expected!r}",
+            lambda ex, _: json_equals(value(ex), expected),
+        )
     if "one_of" in given:
         options = list(cond.one_of or [])
+
+        def one_of(ex: Exchange, _: Found) -> bool:
+            got = value(ex)
+            return any(json_equals(got, option) for option in options)
+
         return Predicate(
-            f"json {cond.query} in {options!r}", lambda ex, _: value(ex) in options, _JSON_COST
+            f"json {cond.query} in {options!r}",
+            one_of,
+            _JSON_COST,
         )
     if "matches" in given:
         regex = compile_regex(cond.matches or "")

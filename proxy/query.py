@@ -39,8 +39,8 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _equals(left: Any, right: Any) -> bool:
-    # Python says 1 == True; JMESPath does not
+def json_equals(left: Any, right: Any) -> bool:
+    """JMESPath equality: Python's ``==``, except that 0 and 1 are not false and true."""
     if _is_number(left) and left in (0, 1):
         return not isinstance(right, bool) and left == right
     if _is_number(right) and right in (0, 1):
@@ -153,9 +153,9 @@ def _not(inner: Getter) -> Getter:
 
 def _comparator(op: str, left: Getter, right: Getter) -> Getter:
     if op == "eq":
-        return lambda value: _equals(left(value), right(value))
+        return lambda value: json_equals(left(value), right(value))
     if op == "ne":
-        return lambda value: not _equals(left(value), right(value))
+        return lambda value: not json_equals(left(value), right(value))
     compare = _ORDERING[op]
 
     def ordered(value: Any) -> Any:

@@ -217,3 +217,28 @@ def test_skipping_rules_never_changes_the_winner() -> None:
 def test_required_keys(when: dict[str, Any], requires: list[set[str]]) -> None:
     """Only conditions that are certainly false on a missing key make a requirement."""
     assert [set(r) for r in required_keys(When.model_validate(when))] == requires
+
+
+@pytest.mark.parametrize(
+    ("body", "matched"),
+    [
+        ('{"ok": false}', True),
+        ('{"ok": 0}', False),
+        ('{"ok": "false"}', False),
+        ('{"state": 1}', False),
+        ('{"state": "up"}', True),
+    ],
+)
+def test_json_equality_is_jmespath_equality(body: str, matched: bool) -> None:
+    """``equals: false`` is not met by 0, nor ``one_of: [true, up]`` by 1 (Python would say so)."""
+    text = """\
+rules:
+  - id: t.false
+    when: {status: 200, json: [{query: "ok", equals: false}]}
+    envelope: {code: NOT_OK, category: validation}
+  - id: t.state
+    when: {status: 200, json: [{query: "state", one_of: [true, "up"]}]}
+    envelope: {code: STATE, category: validation}
+"""
+    rules = RuleSet.build([Rule.compile(r) for r in load_rule_text(text, "t.yaml", "t")], ("t.*",))
+    assert (rules.match(exchange(200, body)) is not None) is matched

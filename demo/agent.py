@@ -166,25 +166,53 @@ def _graphql_ok(reply: Reply) -> bool:
 def default_tasks(order_id: int = 17) -> list[Task]:
     """One task per kind of failure the demo API has."""
     return [
-        Task("create an order", "FastAPI 422", Call(
-            "POST", "/api/orders", {"sku": "WIDGET-1", "qty": -1}), _created),
-        Task("create an order (DRF)", "DRF 400", Call(
-            "POST", "/api/drf/orders", {"sku": "WIDGET-2", "quantity": 0}), _created),
-        Task("download an invoice", "Spring 500", Call(
-            "GET", f"/api/orders/{order_id}/invoice"), _ok),
-        Task("track an order", "429 Retry-After", Call(
-            "GET", f"/api/orders/{order_id}/tracking"), _ok),
+        Task(
+            "create an order",
+            "FastAPI 422",
+            Call("POST", "/api/orders", {"sku": "WIDGET-1", "qty": -1}),
+            _created,
+        ),
+        Task(
+            "create an order (DRF)",
+            "DRF 400",
+            Call("POST", "/api/drf/orders", {"sku": "WIDGET-2", "quantity": 0}),
+            _created,
+        ),
+        Task(
+            "download an invoice", "Spring 500", Call("GET", f"/api/orders/{order_id}/invoice"), _ok
+        ),
+        Task(
+            "track an order",
+            "429 Retry-After",
+            Call("GET", f"/api/orders/{order_id}/tracking"),
+            _ok,
+        ),
         Task("list the catalog", "nginx 503", Call("GET", "/api/catalog"), _ok),
-        Task("read the account", "401 expired token", Call(
-            "GET", "/api/account",
-            headers={"Authorization": "Bearer at_expired0000000000000000000000"}), _ok),
-        Task("query an order total", "GraphQL errors in 200", Call(
-            "POST", "/graphql", {"query": f"{{ order(id: {order_id}) {{ id totl }} }}"}),
-            _graphql_ok),
-        Task("fetch a monthly report", "slow upstream", Call(
-            "GET", f"/api/reports/monthly-{order_id}"), _ok),
-        Task("ship an order", "409 precondition", Call(
-            "POST", f"/api/orders/{order_id}/ship"), _ok),
+        Task(
+            "read the account",
+            "401 expired token",
+            Call(
+                "GET",
+                "/api/account",
+                headers={"Authorization": "Bearer at_expired0000000000000000000000"},
+            ),
+            _ok,
+        ),
+        Task(
+            "query an order total",
+            "GraphQL errors in 200",
+            Call("POST", "/graphql", {"query": f"{{ order(id: {order_id}) {{ id totl }} }}"}),
+            _graphql_ok,
+        ),
+        Task(
+            "fetch a monthly report",
+            "slow upstream",
+            Call("GET", f"/api/reports/monthly-{order_id}"),
+            _ok,
+        ),
+        Task(
+            "ship an order", "409 precondition", Call("POST", f"/api/orders/{order_id}/ship"), _ok
+        ),
     ]
 
 
@@ -219,8 +247,7 @@ def pick_allowed(allowed: Any) -> Any:
                 allowed.get(key), bool
             ):
                 return allowed[key]
-        for key, step in (("exclusiveMinimum", 1), ("gt", 1), ("exclusiveMaximum", -1),
-                          ("lt", -1)):
+        for key, step in (("exclusiveMinimum", 1), ("gt", 1), ("exclusiveMaximum", -1), ("lt", -1)):
             bound = allowed.get(key)
             if isinstance(bound, int) and not isinstance(bound, bool):
                 return bound + step
@@ -255,8 +282,9 @@ def plan_fixes(envelope: Mapping[str, Any]) -> list[Fix]:
         if value is _NOTHING:
             value = pick_allowed(item.get("allowed_values"))
         if value is _NOTHING and len(invalid) == 1:
-            value = suggested if suggested is not None else pick_allowed(
-                envelope.get("allowed_values"))
+            value = (
+                suggested if suggested is not None else pick_allowed(envelope.get("allowed_values"))
+            )
         if value is not _NOTHING:
             fixes.append(Fix(pointer, value, item.get("received")))
     return fixes
@@ -360,7 +388,10 @@ class Agent:
         timeout = aiohttp.ClientTimeout(total=self._settings.request_timeout_s)
         try:
             async with self._session.request(
-                call.method, call.path, json=call.json, headers=dict(call.headers),
+                call.method,
+                call.path,
+                json=call.json,
+                headers=dict(call.headers),
                 timeout=timeout,
             ) as response:
                 text = await response.text(errors="replace")
@@ -375,10 +406,16 @@ class Agent:
             return Reply(0, {}, f"{type(exc).__name__}: {exc}")
 
     async def _token(self) -> str | None:
-        reply = await self.send(Call("POST", self._settings.token_path, {
-            "client_id": self._settings.client_id,
-            "client_secret": self._settings.client_secret,
-        }))
+        reply = await self.send(
+            Call(
+                "POST",
+                self._settings.token_path,
+                {
+                    "client_id": self._settings.client_id,
+                    "client_secret": self._settings.client_secret,
+                },
+            )
+        )
         body = reply.body
         if reply.status == 200 and isinstance(body, dict):
             token = body.get("access_token")
@@ -436,7 +473,8 @@ class Agent:
                 args = envelope.get("next_operation_args")
                 first = (
                     parse_operation(operation, args if isinstance(args, dict) else None)
-                    if isinstance(operation, str) else None
+                    if isinstance(operation, str)
+                    else None
                 )
                 if first is None:
                     return result("failed", attempt, f"unusable next_operation {operation!r}")
@@ -516,8 +554,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Work the demo task list against an API, raw or through mend.",
     )
     parser.add_argument("--base-url", required=True, help="mend's listen URL, or the raw API's")
-    parser.add_argument("--mode", choices=["mend", "raw"], default="mend",
-                        help="read envelopes (mend, default) or only retry blindly (raw)")
+    parser.add_argument(
+        "--mode",
+        choices=["mend", "raw"],
+        default="mend",
+        help="read envelopes (mend, default) or only retry blindly (raw)",
+    )
     parser.add_argument("--loop", action="store_true", help="repeat until interrupted")
     parser.add_argument("--rounds", type=int, default=None, help="stop after this many rounds")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between rounds")

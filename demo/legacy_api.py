@@ -259,24 +259,43 @@ async def create_order_fastapi(request: web.Request) -> web.Response:
     detail = []
     sku = body.get("sku")
     if sku is None:
-        detail.append({"type": "missing", "loc": ["body", "sku"], "msg": "Field required",
-                       "input": body})
+        detail.append(
+            {"type": "missing", "loc": ["body", "sku"], "msg": "Field required", "input": body}
+        )
     elif not isinstance(sku, str):
-        detail.append({"type": "string_type", "loc": ["body", "sku"],
-                       "msg": "Input should be a valid string", "input": sku})
+        detail.append(
+            {
+                "type": "string_type",
+                "loc": ["body", "sku"],
+                "msg": "Input should be a valid string",
+                "input": sku,
+            }
+        )
     qty_raw = body.get("qty")
     qty = _int_like(qty_raw)
     if qty_raw is None:
-        detail.append({"type": "missing", "loc": ["body", "qty"], "msg": "Field required",
-                       "input": body})
+        detail.append(
+            {"type": "missing", "loc": ["body", "qty"], "msg": "Field required", "input": body}
+        )
     elif qty is None:
-        detail.append({"type": "int_parsing", "loc": ["body", "qty"],
-                       "msg": "Input should be a valid integer, unable to parse string as an "
-                              "integer", "input": qty_raw})
+        detail.append(
+            {
+                "type": "int_parsing",
+                "loc": ["body", "qty"],
+                "msg": "Input should be a valid integer, unable to parse string as an integer",
+                "input": qty_raw,
+            }
+        )
     elif qty <= 0:
-        detail.append({"type": "greater_than", "loc": ["body", "qty"],
-                       "msg": "Input should be greater than 0", "input": qty_raw,
-                       "ctx": {"gt": 0}})
+        detail.append(
+            {
+                "type": "greater_than",
+                "loc": ["body", "qty"],
+                "msg": "Input should be greater than 0",
+                "input": qty_raw,
+                "ctx": {"gt": 0},
+            }
+        )
     if detail:
         return web.json_response({"detail": detail}, status=422, headers=headers)
     state = _state(request)
@@ -450,16 +469,25 @@ async def graphql(request: web.Request) -> web.Response:
     query = body.get("query") if isinstance(body, dict) else None
     if not isinstance(query, str):
         return web.json_response(
-            {"errors": [{"message": "Must provide query string.",
-                         "extensions": {"code": "BAD_REQUEST"}}]},
+            {
+                "errors": [
+                    {"message": "Must provide query string.", "extensions": {"code": "BAD_REQUEST"}}
+                ]
+            },
             status=400,
         )
     match = _ORDER_QUERY.search(query)
     if match is None:
         return web.json_response(
-            {"data": None,
-             "errors": [{"message": 'Syntax Error: Expected "order(id: ...) { ... }".',
-                         "extensions": {"code": "GRAPHQL_PARSE_FAILED"}}]}
+            {
+                "data": None,
+                "errors": [
+                    {
+                        "message": 'Syntax Error: Expected "order(id: ...) { ... }".',
+                        "extensions": {"code": "GRAPHQL_PARSE_FAILED"},
+                    }
+                ],
+            }
         )
     errors: list[dict[str, Any]] = []
     selected: list[str] = []
@@ -483,8 +511,14 @@ async def graphql(request: web.Request) -> web.Response:
     if errors:
         return web.json_response({"data": None, "errors": errors})
     order_id = int(match.group("id"))
-    order = {"id": str(order_id), "total": 42.5, "status": "confirmed", "sku": "WIDGET-1",
-             "qty": 2, "currency": "EUR"}
+    order = {
+        "id": str(order_id),
+        "total": 42.5,
+        "status": "confirmed",
+        "sku": "WIDGET-1",
+        "qty": 2,
+        "currency": "EUR",
+    }
     return web.json_response({"data": {"order": {k: order[k] for k in selected}}})
 
 
@@ -525,12 +559,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9000)
-    parser.add_argument("--slow-seconds", type=float, default=3.0,
-                        help="how long the first GET /api/reports/{name} takes (default 3)")
-    parser.add_argument("--rate-limit-calls", type=int, default=1,
-                        help="calls per client answered 429 before the limit lifts (default 1)")
-    parser.add_argument("--retry-after", type=int, default=2,
-                        help="Retry-After seconds on the 429 (default 2)")
+    parser.add_argument(
+        "--slow-seconds",
+        type=float,
+        default=3.0,
+        help="how long the first GET /api/reports/{name} takes (default 3)",
+    )
+    parser.add_argument(
+        "--rate-limit-calls",
+        type=int,
+        default=1,
+        help="calls per client answered 429 before the limit lifts (default 1)",
+    )
+    parser.add_argument(
+        "--retry-after", type=int, default=2, help="Retry-After seconds on the 429 (default 2)"
+    )
     args = parser.parse_args(argv)
     app = create_legacy_app(
         rate_limit_calls=args.rate_limit_calls,

@@ -40,8 +40,13 @@ DEMO_RULES = Path(__file__).resolve().parent / "rules.yaml"
 READ_TIMEOUT_S = 2.0
 SLOW_SECONDS = 3.0
 SHOWN_HEADERS = (
-    "Content-Type", "Server", "X-Powered-By", "Retry-After", "WWW-Authenticate",
-    "X-Error-Code", "X-Request-ID",
+    "Content-Type",
+    "Server",
+    "X-Powered-By",
+    "Retry-After",
+    "WWW-Authenticate",
+    "X-Error-Code",
+    "X-Request-ID",
 )
 
 
@@ -52,14 +57,19 @@ class Showcase:
 
 
 SHOWCASES = (
-    Showcase("Spring Boot 500: a stack trace, SQL text and a database password in the body",
-             Call("GET", "/api/orders/17/invoice")),
-    Showcase("FastAPI 422: which field, and what to send instead",
-             Call("POST", "/api/orders", {"sku": "WIDGET-1", "qty": -1})),
-    Showcase("nginx 503: an HTML page from the load balancer",
-             Call("GET", "/api/catalog")),
-    Showcase("409 from the API's own business rule, explained by demo/rules.yaml",
-             Call("POST", "/api/orders/17/ship")),
+    Showcase(
+        "Spring Boot 500: a stack trace, SQL text and a database password in the body",
+        Call("GET", "/api/orders/17/invoice"),
+    ),
+    Showcase(
+        "FastAPI 422: which field, and what to send instead",
+        Call("POST", "/api/orders", {"sku": "WIDGET-1", "qty": -1}),
+    ),
+    Showcase("nginx 503: an HTML page from the load balancer", Call("GET", "/api/catalog")),
+    Showcase(
+        "409 from the API's own business rule, explained by demo/rules.yaml",
+        Call("POST", "/api/orders/17/ship"),
+    ),
 )
 
 
@@ -133,12 +143,25 @@ class MendFailedToStart(RuntimeError):
 
 @contextlib.asynccontextmanager
 async def mend_process(config: Path, log_path: Path, admin_url: str) -> AsyncIterator[None]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
+        ),
+    }
     with log_path.open("wb") as log:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "proxy", "run", "--config", str(config),
-            cwd=REPO, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
+            sys.executable,
+            "-m",
+            "proxy",
+            "run",
+            "--config",
+            str(config),
+            cwd=REPO,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
         )
     try:
         await _wait_ready(proc, admin_url, log_path)
@@ -160,8 +183,9 @@ async def _wait_ready(proc: asyncio.subprocess.Process, admin_url: str, log_path
             if proc.returncode is not None:
                 break
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with session.get(f"{admin_url}/readyz",
-                                       timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                async with session.get(
+                    f"{admin_url}/readyz", timeout=aiohttp.ClientTimeout(total=2)
+                ) as resp:
                     if resp.status == 200:
                         return
             await asyncio.sleep(0.1)
@@ -183,7 +207,9 @@ class Seen:
 
 async def _fetch(session: aiohttp.ClientSession, call: Call, client: str) -> Seen:
     async with session.request(
-        call.method, call.path, json=call.json,
+        call.method,
+        call.path,
+        json=call.json,
         headers={"Accept": "application/json", "X-Client-Id": client},
     ) as resp:
         headers = {h: resp.headers[h] for h in SHOWN_HEADERS if h in resp.headers}
@@ -231,22 +257,29 @@ def _compact_envelope(text: str) -> str:
 
 async def show_pairs(printer: Printer, api_url: str, mend_url: str) -> None:
     printer.heading("1. The same failing request: raw upstream, then through mend")
-    async with aiohttp.ClientSession(base_url=api_url) as raw, \
-            aiohttp.ClientSession(base_url=mend_url) as mended:
+    async with (
+        aiohttp.ClientSession(base_url=api_url) as raw,
+        aiohttp.ClientSession(base_url=mend_url) as mended,
+    ):
         for number, show in enumerate(SHOWCASES, 1):
             body = "" if show.call.json is None else " " + json.dumps(show.call.json)
             printer.line()
             printer.line(f"({number}) {show.call.describe()}{body}")
             printer.line(printer.dim(f"    {show.title}"))
             # Separate client ids: the 503 is served once per client, and both sides should see it.
-            for label, session, client in (("raw upstream", raw, "showcase-raw"),
-                                           ("through mend", mended, "showcase-mend")):
+            for label, session, client in (
+                ("raw upstream", raw, "showcase-raw"),
+                ("through mend", mended, "showcase-mend"),
+            ):
                 seen = await _fetch(session, show.call, client)
                 printer.line(f"  {label}: HTTP {seen.status} {seen.reason}")
                 for name, value in seen.headers.items():
                     printer.line(f"    {name}: {value}")
-                shown = (_compact_envelope(seen.text) if label == "through mend"
-                         else _raw_body(seen.text))
+                shown = (
+                    _compact_envelope(seen.text)
+                    if label == "through mend"
+                    else _raw_body(seen.text)
+                )
                 for body_line in shown.splitlines():
                     printer.line(f"    {body_line}")
 
@@ -306,11 +339,13 @@ async def _demo_body(
     else:
         await show_pairs(printer, api_url, mend_url)
         printer.heading("2. A scripted agent works 9 tasks: raw, then through mend")
-        printer.line(printer.dim(
-            "Raw, it can only send a failing call once more. Through mend it follows the "
-            "envelope's action."))
-        raw, mended = await asyncio.gather(
-            run_agent(api_url, "raw"), run_agent(mend_url, "mend"))
+        printer.line(
+            printer.dim(
+                "Raw, it can only send a failing call once more. Through mend it follows the "
+                "envelope's action."
+            )
+        )
+        raw, mended = await asyncio.gather(run_agent(api_url, "raw"), run_agent(mend_url, "mend"))
         printer.line()
         printer.line(format_report(raw, label="raw API", color=printer.color))
         printer.line()
@@ -331,8 +366,9 @@ async def _generate_traffic(requests: int, printer: Printer, mend_url: str) -> N
         report = await run_agent(mend_url, "mend")
         sent += report.requests_sent
         rounds += 1
-        printer.line(f"round {rounds}: " + format_report(report, label="through mend",
-                                                          verbose=False))
+        printer.line(
+            f"round {rounds}: " + format_report(report, label="through mend", verbose=False)
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -340,11 +376,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m demo.run",
         description="Run the mend demo: legacy API + mend + a scripted agent, all on loopback.",
     )
-    parser.add_argument("--keep-running", action="store_true",
-                        help="leave mend and the API running afterwards (Ctrl-C stops them)")
-    parser.add_argument("--requests", type=int, default=None, metavar="N",
-                        help="traffic-generator mode: loop the agent through mend until N "
-                             "requests were sent")
+    parser.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="leave mend and the API running afterwards (Ctrl-C stops them)",
+    )
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=None,
+        metavar="N",
+        help="traffic-generator mode: loop the agent through mend until N requests were sent",
+    )
     parser.add_argument("--api-host", default="127.0.0.1", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     printer = Printer(sys.stdout)

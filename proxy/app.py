@@ -464,6 +464,7 @@ def create_app(
     store = RuleStore(settings, engine or Engine.load(settings), on_reload=metrics.reloaded)
     metrics.reloaded(True, store.engine.rule_count)
     proxy = Proxy(settings, store, metrics, logger or make_logger(), agent_redactor())
+
     @web.middleware
     async def unrouted(request: web.Request, handler: Handler) -> web.StreamResponse:
         # CONNECT's authority-form target and other non-path targets match no route; they

@@ -524,9 +524,7 @@ class _TriggerSet:
     def present(self, lowered: str) -> list[bool]:
         """Per list: it is empty (always run) or one of its triggers occurs in ``lowered``."""
         if len(lowered) < self._LONG:
-            return [
-                not triggers or any(t in lowered for t in triggers) for triggers in self._lists
-            ]
+            return [not triggers or any(t in lowered for t in triggers) for triggers in self._lists]
         hits = set(self._set.Match(lowered) or ())  # None, not [], when nothing matched
         return [not slots or not hits.isdisjoint(slots) for slots in self._slots]
 

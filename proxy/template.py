@@ -88,14 +88,14 @@ def _join(value: Any) -> Any:
 
 
 def _split(value: Any) -> Any:
-    """"GET, HEAD, POST" (Allow, Accept) -> ["GET", "HEAD", "POST"]."""
+    """ "GET, HEAD, POST" (Allow, Accept) -> ["GET", "HEAD", "POST"]."""
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
     return value
 
 
 def _camel(value: Any) -> Any:
-    """"Items[0].Qty" or "/Items/0/Qty" -> each segment's first letter lowercased (C#, Go names)."""
+    """``Items[0].Qty`` or ``/Items/0/Qty``: each segment's first letter lowercased (C#, Go)."""
     if not isinstance(value, str):
         return value
     return re.sub(r"(^|[/.\[])([A-Z])", lambda m: m.group(1) + m.group(2).lower(), value)

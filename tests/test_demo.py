@@ -53,9 +53,10 @@ async def call(
     server: TestServer, method: str, path: str, *, client: str = "t", **kwargs: Any
 ) -> tuple[int, dict[str, str], str]:
     headers = {"X-Client-Id": client, **kwargs.pop("headers", {})}
-    async with aiohttp.ClientSession() as session, session.request(
-        method, base_url(server) + path, headers=headers, **kwargs
-    ) as resp:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(method, base_url(server) + path, headers=headers, **kwargs) as resp,
+    ):
         return resp.status, dict(resp.headers), await resp.text()
 
 
@@ -66,30 +67,62 @@ async def call(
     ("method", "path", "body", "status", "expected"),
     [
         pytest.param(
-            "POST", "/api/orders", {"sku": "WIDGET-1", "qty": -1}, 422,
-            {"detail": [{"type": "greater_than", "loc": ["body", "qty"],
-                         "msg": "Input should be greater than 0", "input": -1,
-                         "ctx": {"gt": 0}}]},
+            "POST",
+            "/api/orders",
+            {"sku": "WIDGET-1", "qty": -1},
+            422,
+            {
+                "detail": [
+                    {
+                        "type": "greater_than",
+                        "loc": ["body", "qty"],
+                        "msg": "Input should be greater than 0",
+                        "input": -1,
+                        "ctx": {"gt": 0},
+                    }
+                ]
+            },
             id="fastapi-422",
         ),
         pytest.param(
-            "POST", "/api/drf/orders", {"sku": "XYZ", "quantity": 0}, 400,
-            {"quantity": ["Ensure this value is greater than or equal to 1."],
-             "sku": ['"XYZ" is not a valid choice.']},
+            "POST",
+            "/api/drf/orders",
+            {"sku": "XYZ", "quantity": 0},
+            400,
+            {
+                "quantity": ["Ensure this value is greater than or equal to 1."],
+                "sku": ['"XYZ" is not a valid choice.'],
+            },
             id="drf-400",
         ),
         pytest.param(
-            "POST", "/graphql", {"query": "{ order(id: 17) { id totl } }"}, 200,
-            {"data": None, "errors": [{
-                "message": 'Cannot query field "totl" on type "Order". Did you mean "total"?',
-                "locations": [{"line": 1, "column": 22}],
-                "extensions": {"code": "GRAPHQL_VALIDATION_FAILED"}}]},
+            "POST",
+            "/graphql",
+            {"query": "{ order(id: 17) { id totl } }"},
+            200,
+            {
+                "data": None,
+                "errors": [
+                    {
+                        "message": (
+                            'Cannot query field "totl" on type "Order". Did you mean "total"?'
+                        ),
+                        "locations": [{"line": 1, "column": 22}],
+                        "extensions": {"code": "GRAPHQL_VALIDATION_FAILED"},
+                    }
+                ],
+            },
             id="graphql-errors-in-200",
         ),
         pytest.param(
-            "POST", "/api/orders/17/ship", None, 409,
-            {"error": "order_not_confirmed",
-             "message": "Order 17 must be confirmed before shipping."},
+            "POST",
+            "/api/orders/17/ship",
+            None,
+            409,
+            {
+                "error": "order_not_confirmed",
+                "message": "Order 17 must be confirmed before shipping.",
+            },
             id="ship-before-confirm-409",
         ),
     ],
@@ -105,13 +138,30 @@ async def test_error_bodies_match_the_framework(
 @pytest.mark.parametrize(
     ("method", "path", "body", "status", "expected"),
     [
-        pytest.param("POST", "/api/orders", {"sku": "WIDGET-1", "qty": 2}, 201,
-                     {"id": 1, "sku": "WIDGET-1", "qty": 2, "status": "pending"}, id="fastapi"),
-        pytest.param("POST", "/api/drf/orders", {"sku": "WIDGET-2", "quantity": 1}, 201,
-                     {"id": 1, "sku": "WIDGET-2", "quantity": 1, "status": "pending"},
-                     id="drf"),
-        pytest.param("POST", "/graphql", {"query": "{ order(id: 17) { id total } }"}, 200,
-                     {"data": {"order": {"id": "17", "total": 42.5}}}, id="graphql"),
+        pytest.param(
+            "POST",
+            "/api/orders",
+            {"sku": "WIDGET-1", "qty": 2},
+            201,
+            {"id": 1, "sku": "WIDGET-1", "qty": 2, "status": "pending"},
+            id="fastapi",
+        ),
+        pytest.param(
+            "POST",
+            "/api/drf/orders",
+            {"sku": "WIDGET-2", "quantity": 1},
+            201,
+            {"id": 1, "sku": "WIDGET-2", "quantity": 1, "status": "pending"},
+            id="drf",
+        ),
+        pytest.param(
+            "POST",
+            "/graphql",
+            {"query": "{ order(id: 17) { id total } }"},
+            200,
+            {"data": {"order": {"id": "17", "total": 42.5}}},
+            id="graphql",
+        ),
     ],
 )
 async def test_correct_calls_succeed(
@@ -171,8 +221,11 @@ async def test_nginx_503_once_then_ok(legacy: TestServer) -> None:
     ("authorization", "challenge"),
     [
         (None, 'Bearer realm="orders"'),
-        ("Bearer at_expired", 'Bearer realm="orders", error="invalid_token", '
-                              'error_description="The access token expired"'),
+        (
+            "Bearer at_expired",
+            'Bearer realm="orders", error="invalid_token", '
+            'error_description="The access token expired"',
+        ),
     ],
 )
 async def test_account_challenges_without_valid_token(
@@ -189,15 +242,17 @@ async def test_issued_token_opens_the_account(legacy: TestServer) -> None:
     creds = {"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET}
     status, _, text = await call(legacy, "POST", "/auth/token", json=creds)
     token = json.loads(text)["access_token"]
-    account, _, _ = await call(legacy, "GET", "/api/account",
-                               headers={"Authorization": f"Bearer {token}"})
+    account, _, _ = await call(
+        legacy, "GET", "/api/account", headers={"Authorization": f"Bearer {token}"}
+    )
     assert (status, account) == (200, 200)
 
 
 async def test_token_endpoint_rejects_wrong_secret(legacy: TestServer) -> None:
     """Wrong client credentials get an OAuth invalid_client 401, no token."""
-    status, _, text = await call(legacy, "POST", "/auth/token",
-                                 json={"client_id": CLIENT_ID, "client_secret": "nope"})
+    status, _, text = await call(
+        legacy, "POST", "/auth/token", json={"client_id": CLIENT_ID, "client_secret": "nope"}
+    )
     assert (status, json.loads(text)["error"]) == (401, "invalid_client")
 
 
@@ -261,14 +316,14 @@ def test_set_pointer(document: Any, pointer: str, value: Any, expected: Any) -> 
 @pytest.mark.parametrize(
     ("document", "pointer"),
     [
-        ({"a": 1}, "a"),            # must start with '/'
-        ({"a": 1}, "/a~2"),         # bad escape
-        ({}, "/a/b"),               # missing parent
-        ({"a": [1]}, "/a/01"),      # leading zero
-        ({"a": [1]}, "/a/5"),       # past the end
-        ({"a": [1]}, "/a/x"),       # not an index
-        ({"a": 1}, "/a/b"),         # scalar parent
-        (None, "/a"),               # no document
+        ({"a": 1}, "a"),  # must start with '/'
+        ({"a": 1}, "/a~2"),  # bad escape
+        ({}, "/a/b"),  # missing parent
+        ({"a": [1]}, "/a/01"),  # leading zero
+        ({"a": [1]}, "/a/5"),  # past the end
+        ({"a": [1]}, "/a/x"),  # not an index
+        ({"a": 1}, "/a/b"),  # scalar parent
+        (None, "/a"),  # no document
     ],
 )
 def test_set_pointer_rejects(document: Any, pointer: str) -> None:
@@ -301,20 +356,41 @@ def test_get_pointer(pointer: str, expected: Any) -> None:
     [
         pytest.param({"field": "/qty", "suggested_value": 1}, [Fix("/qty", 1)], id="suggested"),
         pytest.param(
-            {"field": "/qty", "suggested_value": 1,
-             "invalid_fields": [{"field": "/qty", "received": -1,
-                                 "allowed_values": {"minimum": 5}}]},
-            [Fix("/qty", 1, -1)], id="suggested-wins-for-its-field"),
+            {
+                "field": "/qty",
+                "suggested_value": 1,
+                "invalid_fields": [
+                    {"field": "/qty", "received": -1, "allowed_values": {"minimum": 5}}
+                ],
+            },
+            [Fix("/qty", 1, -1)],
+            id="suggested-wins-for-its-field",
+        ),
         pytest.param(
-            {"invalid_fields": [{"field": "/quantity", "allowed_values": {"minimum": 1}},
-                                {"field": "/sku", "allowed_values": ["WIDGET-1", "WIDGET-2"]}]},
-            [Fix("/quantity", 1), Fix("/sku", "WIDGET-1")], id="per-field-allowed"),
-        pytest.param({"invalid_fields": [{"field": "/n", "allowed_values": {"gt": 0}}]},
-                     [Fix("/n", 1)], id="exclusive-bound"),
-        pytest.param({"invalid_fields": [{"field": "/c", "allowed_values": {"enum": ["x"]}}]},
-                     [Fix("/c", "x")], id="enum"),
-        pytest.param({"invalid_fields": [{"field": "/a"}, {"field": "/b"}],
-                      "suggested_value": 3}, [], id="ambiguous-suggestion"),
+            {
+                "invalid_fields": [
+                    {"field": "/quantity", "allowed_values": {"minimum": 1}},
+                    {"field": "/sku", "allowed_values": ["WIDGET-1", "WIDGET-2"]},
+                ]
+            },
+            [Fix("/quantity", 1), Fix("/sku", "WIDGET-1")],
+            id="per-field-allowed",
+        ),
+        pytest.param(
+            {"invalid_fields": [{"field": "/n", "allowed_values": {"gt": 0}}]},
+            [Fix("/n", 1)],
+            id="exclusive-bound",
+        ),
+        pytest.param(
+            {"invalid_fields": [{"field": "/c", "allowed_values": {"enum": ["x"]}}]},
+            [Fix("/c", "x")],
+            id="enum",
+        ),
+        pytest.param(
+            {"invalid_fields": [{"field": "/a"}, {"field": "/b"}], "suggested_value": 3},
+            [],
+            id="ambiguous-suggestion",
+        ),
         pytest.param({"field": None, "invalid_fields": []}, [], id="nothing"),
     ],
 )
@@ -327,10 +403,16 @@ def test_plan_fixes(envelope: dict[str, Any], expected: list[Fix]) -> None:
     ("document", "fixes", "expected"),
     [
         ({"qty": -1}, [Fix("/qty", 1, -1)], {"qty": 1}),
-        ({"query": "{ order(id: 17) { id totl } }"}, [Fix("/query", "total", "totl")],
-         {"query": "{ order(id: 17) { id total } }"}),
-        ({"query": "{ totals totl }"}, [Fix("/query", "total", "totl")],
-         {"query": "{ totals total }"}),
+        (
+            {"query": "{ order(id: 17) { id totl } }"},
+            [Fix("/query", "total", "totl")],
+            {"query": "{ order(id: 17) { id total } }"},
+        ),
+        (
+            {"query": "{ totals totl }"},
+            [Fix("/query", "total", "totl")],
+            {"query": "{ totals total }"},
+        ),
         ({"name": "abc"}, [Fix("/name", "xyz", "abc")], {"name": "xyz"}),
         ({"name": "abc"}, [Fix("/name", "xyz", "q")], {"name": "xyz"}),
     ],
@@ -343,12 +425,21 @@ def test_apply_fixes(document: Any, fixes: list[Fix], expected: Any) -> None:
 @pytest.mark.parametrize(
     ("operation", "args", "expected"),
     [
-        ("POST /api/orders/17/confirm", {"order_id": "17"},
-         Call("POST", "/api/orders/17/confirm", {"order_id": "17"})),
-        ("POST /api/orders/{order_id}/confirm", {"order_id": 17},
-         Call("POST", "/api/orders/17/confirm")),
-        ("post /invoices/{{ id }}/finalize", {"id": "in_1", "force": True},
-         Call("POST", "/invoices/in_1/finalize", {"force": True})),
+        (
+            "POST /api/orders/17/confirm",
+            {"order_id": "17"},
+            Call("POST", "/api/orders/17/confirm", {"order_id": "17"}),
+        ),
+        (
+            "POST /api/orders/{order_id}/confirm",
+            {"order_id": 17},
+            Call("POST", "/api/orders/17/confirm"),
+        ),
+        (
+            "post /invoices/{{ id }}/finalize",
+            {"id": "in_1", "force": True},
+            Call("POST", "/invoices/in_1/finalize", {"force": True}),
+        ),
         ("GET /api/orders/{id}", {"id": 3, "expand": "lines"}, Call("GET", "/api/orders/3")),
         ("confirm the order", None, None),
         ("POST https://elsewhere.example/x", None, None),
@@ -364,20 +455,35 @@ def test_parse_operation(
 # -- the agent against a fake mend ----------------------------------------------------------------
 
 
-def _envelope(request: web.Request, status: int | None, code: str, action: str, *,
-              http_status: int | None = None, **fields: Any) -> web.Response:
+def _envelope(
+    request: web.Request,
+    status: int | None,
+    code: str,
+    action: str,
+    *,
+    http_status: int | None = None,
+    **fields: Any,
+) -> web.Response:
     category = fields.pop("category", "internal")
     retryable = action == "retry"
     if retryable:
         fields.setdefault("retry_after_ms", 50)
     envelope = Envelope(
-        code=code, message=f"{code} (fake)", category=category,
+        code=code,
+        message=f"{code} (fake)",
+        category=category,
         severity=Severity.FATAL if action in {"escalate", "report_bug"} else Severity.ERROR,
-        retryable=retryable, action=Action(action), hint=f"{action} (fake)",
-        request_id="req_fake", upstream_status=status, rule=f"fake.{code.lower()}", **fields,
+        retryable=retryable,
+        action=Action(action),
+        hint=f"{action} (fake)",
+        request_id="req_fake",
+        upstream_status=status,
+        rule=f"fake.{code.lower()}",
+        **fields,
     )
-    return web.json_response(envelope_body(envelope), status=http_status or status or 502,
-                             headers={"X-Error-Code": code})
+    return web.json_response(
+        envelope_body(envelope), status=http_status or status or 502, headers={"X-Error-Code": code}
+    )
 
 
 def _fake_mend_middleware(timeout_s: float) -> Any:
@@ -388,8 +494,9 @@ def _fake_mend_middleware(timeout_s: float) -> Any:
         try:
             response = await asyncio.wait_for(handler(request), timeout_s)
         except TimeoutError:
-            return _envelope(request, None, "UPSTREAM_TIMEOUT", "retry", http_status=504,
-                             category="timeout")
+            return _envelope(
+                request, None, "UPSTREAM_TIMEOUT", "retry", http_status=504, category="timeout"
+            )
         assert isinstance(response, web.Response)
         status = response.status
         text = response.text or ""
@@ -397,42 +504,77 @@ def _fake_mend_middleware(timeout_s: float) -> Any:
         if status == 422:
             item = body["detail"][0]
             pointer = "/" + item["loc"][-1]
-            return _envelope(request, status, "VALIDATION_FAILED", "fix_request",
-                             category="validation", field=pointer, suggested_value=1,
-                             invalid_fields=[{"field": pointer, "reason": item["msg"],
-                                              "received": item["input"]}])
+            return _envelope(
+                request,
+                status,
+                "VALIDATION_FAILED",
+                "fix_request",
+                category="validation",
+                field=pointer,
+                suggested_value=1,
+                invalid_fields=[
+                    {"field": pointer, "reason": item["msg"], "received": item["input"]}
+                ],
+            )
         if status == 400:
             allowed = {"quantity": {"minimum": 1}, "sku": ["WIDGET-1", "WIDGET-2", "GADGET-9"]}
-            return _envelope(request, status, "VALIDATION_FAILED", "fix_request",
-                             category="validation",
-                             invalid_fields=[{"field": f"/{k}", "reason": v[0],
-                                              "allowed_values": allowed[k]}
-                                             for k, v in body.items()])
+            return _envelope(
+                request,
+                status,
+                "VALIDATION_FAILED",
+                "fix_request",
+                category="validation",
+                invalid_fields=[
+                    {"field": f"/{k}", "reason": v[0], "allowed_values": allowed[k]}
+                    for k, v in body.items()
+                ],
+            )
         if status == 500:
             return _envelope(request, status, "INTERNAL_ERROR", "report_bug")
         if status == 429:
-            return _envelope(request, status, "RATE_LIMITED", "retry", category="rate_limit",
-                             retry_after_ms=int(response.headers["Retry-After"]) * 1000)
+            return _envelope(
+                request,
+                status,
+                "RATE_LIMITED",
+                "retry",
+                category="rate_limit",
+                retry_after_ms=int(response.headers["Retry-After"]) * 1000,
+            )
         if status == 503:
-            return _envelope(request, status, "SERVICE_UNAVAILABLE", "retry",
-                             category="unavailable")
+            return _envelope(
+                request, status, "SERVICE_UNAVAILABLE", "retry", category="unavailable"
+            )
         if status == 401:
-            return _envelope(request, status, "AUTHENTICATION_REQUIRED", "reauthenticate",
-                             category="auth")
+            return _envelope(
+                request, status, "AUTHENTICATION_REQUIRED", "reauthenticate", category="auth"
+            )
         if status == 409:
             order_id = re.search(r"Order (\d+)", body["message"])
             assert order_id is not None
-            return _envelope(request, status, "ORDER_NOT_CONFIRMED", "call_other_operation",
-                             category="precondition",
-                             next_operation=f"POST /api/orders/{order_id[1]}/confirm",
-                             next_operation_args={"order_id": order_id[1]})
+            return _envelope(
+                request,
+                status,
+                "ORDER_NOT_CONFIRMED",
+                "call_other_operation",
+                category="precondition",
+                next_operation=f"POST /api/orders/{order_id[1]}/confirm",
+                next_operation_args={"order_id": order_id[1]},
+            )
         if status == 200 and isinstance(body, dict) and body.get("errors"):
             typo = re.search(r'field "(\w+)".*Did you mean "(\w+)"', body["errors"][0]["message"])
             assert typo is not None
-            return _envelope(request, status, "GRAPHQL_VALIDATION_FAILED", "fix_request",
-                             category="validation", field="/query", suggested_value=typo[2],
-                             invalid_fields=[{"field": "/query", "reason": "unknown field",
-                                              "received": typo[1]}])
+            return _envelope(
+                request,
+                status,
+                "GRAPHQL_VALIDATION_FAILED",
+                "fix_request",
+                category="validation",
+                field="/query",
+                suggested_value=typo[2],
+                invalid_fields=[
+                    {"field": "/query", "reason": "unknown field", "received": typo[1]}
+                ],
+            )
         return response
 
     return fake_mend
@@ -451,7 +593,8 @@ async def test_agent_through_envelopes_completes_all_but_the_bug(fake_mend: Test
     report = await run_agent(base_url(fake_mend), "mend")
     outcomes = {r.kind: r.outcome for r in report.results}
     assert outcomes == {task.kind: "completed" for task in default_tasks()} | {
-        "Spring 500": "escalated"}
+        "Spring 500": "escalated"
+    }
 
 
 async def test_agent_raw_only_retries_blindly(legacy: TestServer) -> None:
@@ -470,8 +613,7 @@ async def test_agent_raw_ignores_envelopes(fake_mend: TestServer) -> None:
     assert not any("confirm" in step for step in ship.trail)
 
 
-async def _always(aiohttp_server: StartServer, action: str, **fields: Any) -> tuple[str,
-                                                                                   list[int]]:
+async def _always(aiohttp_server: StartServer, action: str, **fields: Any) -> tuple[str, list[int]]:
     hits: list[int] = []
 
     async def handler(request: web.Request) -> web.Response:
@@ -495,7 +637,10 @@ async def _always(aiohttp_server: StartServer, action: str, **fields: Any) -> tu
     ],
 )
 async def test_agent_bounds_and_stops(
-    aiohttp_server: StartServer, action: str, fields: dict[str, Any], outcome: str,
+    aiohttp_server: StartServer,
+    action: str,
+    fields: dict[str, Any],
+    outcome: str,
     requests: int,
 ) -> None:
     """Attempts are bounded; escalation and unusable instructions stop at once."""
@@ -546,7 +691,11 @@ def test_compose_config_is_valid() -> None:
     """demo/mend.yaml (docker-compose's mend config) passes ``mend check``."""
     done = subprocess.run(
         [sys.executable, "-m", "proxy", "check", "--config", str(DEMO_DIR / "mend.yaml")],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -566,8 +715,12 @@ RATE = re.compile(
 def test_demo_run_raises_completion_rate() -> None:
     """``python -m demo.run`` runs mend for real and the agent completes more through it."""
     done = subprocess.run(
-        [sys.executable, "-m", "demo.run"], cwd=REPO, capture_output=True, text=True,
-        timeout=120, check=False,
+        [sys.executable, "-m", "demo.run"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     match = RATE.search(done.stdout)
@@ -576,8 +729,9 @@ def test_demo_run_raises_completion_rate() -> None:
     assert mend_done > raw_done, done.stdout
     assert "mend_errors_total{" in done.stdout
     # Envelopes are printed after "through mend:"; none of them may carry the upstream's secrets.
-    mended = "\n".join(re.findall(r"through mend: HTTP.*?(?=\n\(\d\)|\n\n\d\.)", done.stdout,
-                                  re.DOTALL))
+    mended = "\n".join(
+        re.findall(r"through mend: HTTP.*?(?=\n\(\d\)|\n\n\d\.)", done.stdout, re.DOTALL)
+    )
     assert mended
     assert "Winter2026" not in mended
     assert "orders-db-01" not in mended
@@ -587,8 +741,12 @@ def test_demo_run_raises_completion_rate() -> None:
 def test_demo_traffic_mode_generates_requests() -> None:
     """``--requests N`` loops the agent through mend and mend counts the errors it rewrote."""
     done = subprocess.run(
-        [sys.executable, "-m", "demo.run", "--requests", "20"], cwd=REPO, capture_output=True,
-        text=True, timeout=120, check=False,
+        [sys.executable, "-m", "demo.run", "--requests", "20"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.search(r"round 1: through mend .* \d+ requests", done.stdout), done.stdout

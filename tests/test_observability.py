@@ -47,7 +47,12 @@ def tool(name: str) -> str:
 
 def run(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        argv, cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+        argv,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
         stdin=subprocess.DEVNULL,
     )
 
@@ -173,9 +178,16 @@ def test_alert_has_firing_and_quiet_unit_tests(rule: dict[str, Any]) -> None:
     assert any(not case["exp_alerts"] for case in cases), "no case where it stays quiet"
 
 
-@pytest.mark.parametrize("expected", ["MendUnmatchedErrorsRising", "MendNonRetryableRetryStorm",
-                                      "MendUpstreamUnreachable", "MendRuleReloadFailing",
-                                      "MendHighServerErrorEnvelopeRate"])
+@pytest.mark.parametrize(
+    "expected",
+    [
+        "MendUnmatchedErrorsRising",
+        "MendNonRetryableRetryStorm",
+        "MendUpstreamUnreachable",
+        "MendRuleReloadFailing",
+        "MendHighServerErrorEnvelopeRate",
+    ],
+)
 def test_required_alert_exists(expected: str) -> None:
     """The alerts issue 5 asks for are all defined."""
     assert expected in {r["alert"] for r in alert_rules()}
@@ -236,8 +248,12 @@ def test_panel_query_filters_by_route_variable(where: str, expr: str) -> None:
 
 def test_dashboard_covers_every_documented_metric() -> None:
     """Each metric of the design table is shown somewhere on the dashboard."""
-    used = {m for p in query_panels(dashboard()) for t in p["targets"]
-            for m, _, _ in metric_selectors(t["expr"])}
+    used = {
+        m
+        for p in query_panels(dashboard())
+        for t in p["targets"]
+        for m, _, _ in metric_selectors(t["expr"])
+    }
     documented = {re.sub(r"_(bucket|sum|count)$", "", m) for m in design_metrics()}
     used_bases = {re.sub(r"_(bucket|sum|count)$", "", m) for m in used}
     assert documented - used_bases == set()
@@ -245,13 +261,31 @@ def test_dashboard_covers_every_documented_metric() -> None:
 
 # --- Grafana dashboard: schema -------------------------------------------------------------------
 
-SCHEMA_KEYWORDS = frozenset({
-    "$schema", "$comment", "$ref", "definitions", "description", "type", "properties",
-    "required", "additionalProperties", "items", "anyOf", "enum", "const",
-})
+SCHEMA_KEYWORDS = frozenset(
+    {
+        "$schema",
+        "$comment",
+        "$ref",
+        "definitions",
+        "description",
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "anyOf",
+        "enum",
+        "const",
+    }
+)
 JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "object": (dict,), "array": (list,), "string": (str,), "boolean": (bool,),
-    "number": (int, float), "integer": (int,), "null": (type(None),),
+    "object": (dict,),
+    "array": (list,),
+    "string": (str,),
+    "boolean": (bool,),
+    "number": (int, float),
+    "integer": (int,),
+    "null": (type(None),),
 }
 
 
@@ -278,8 +312,11 @@ def schema_errors(value: Any, schema: Any, root: dict[str, Any], at: str = "") -
         return [f"{at or '/'}: {value!r} not one of {schema['enum']}"]
     if "type" in schema:
         types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-        ok = any(isinstance(value, JSON_TYPES[t]) and not (isinstance(value, bool) and t in
-                 {"number", "integer"}) for t in types)
+        ok = any(
+            isinstance(value, JSON_TYPES[t])
+            and not (isinstance(value, bool) and t in {"number", "integer"})
+            for t in types
+        )
         if not ok:
             return [f"{at or '/'}: {type(value).__name__} is not {types}"]
     errors: list[str] = []
@@ -341,6 +378,7 @@ def _set(path: str, value: Any) -> Any:
             node[int(last)] = value
         else:
             node[last] = value
+
     return mutate
 
 
@@ -351,6 +389,7 @@ def _drop(path: str) -> Any:
         for part in parents:
             node = node[int(part)] if isinstance(node, list) else node[part]
         del node[last]
+
     return mutate
 
 
@@ -364,8 +403,14 @@ def _drop(path: str) -> Any:
         (_set("schemaVersion", "39"), "/schemaVersion"),
         (_set("graphTooltip", 7), "/graphTooltip"),
     ],
-    ids=["unknown-key", "string-width", "variable-without-name", "numeric-unit",
-         "string-schema-version", "bad-enum"],
+    ids=[
+        "unknown-key",
+        "string-width",
+        "variable-without-name",
+        "numeric-unit",
+        "string-schema-version",
+        "bad-enum",
+    ],
 )
 def test_schema_rejects_broken_dashboards(mutation: Any, expected: str) -> None:
     """The schema check fails for dashboards Grafana would not accept."""
@@ -561,11 +606,17 @@ def dockerfile_lines() -> list[str]:
 def test_dockerfile_copy_sources_exist_and_are_not_ignored() -> None:
     """Every COPY source exists and is not excluded by .dockerignore."""
     ignored = {
-        line.strip() for line in (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines()
         if line.strip() and not line.startswith("#")
     }
-    sources = [s for line in dockerfile_lines() if line.startswith("COPY ")
-               for s in line.split()[1:-1] if not s.startswith("--")]
+    sources = [
+        s
+        for line in dockerfile_lines()
+        if line.startswith("COPY ")
+        for s in line.split()[1:-1]
+        if not s.startswith("--")
+    ]
     assert sources
     for source in sources:
         assert (REPO / source).exists(), f"COPY {source}: missing"
@@ -574,9 +625,13 @@ def test_dockerfile_copy_sources_exist_and_are_not_ignored() -> None:
 
 @pytest.mark.parametrize(
     "pattern",
-    [r"^FROM python:3\.11-slim$", r"^USER (?!root)\w+$", r"^EXPOSE 8080 9464$",
-     r"^HEALTHCHECK .*urllib\.request\.urlopen\('http://127\.0\.0\.1:9464/healthz'",
-     r'^ENTRYPOINT \["mend"\]$'],
+    [
+        r"^FROM python:3\.11-slim$",
+        r"^USER (?!root)\w+$",
+        r"^EXPOSE 8080 9464$",
+        r"^HEALTHCHECK .*urllib\.request\.urlopen\('http://127\.0\.0\.1:9464/healthz'",
+        r'^ENTRYPOINT \["mend"\]$',
+    ],
 )
 def test_dockerfile_has(pattern: str) -> None:
     """Image: slim Python 3.11, non-root, both ports, curl-free healthcheck, `mend` entrypoint."""

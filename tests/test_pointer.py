@@ -40,8 +40,10 @@ def test_paths_become_pointers(location: object, pointer: str) -> None:
         ("body/items/0 must have required property 'sku'", "/items/0/sku"),
         ("The items.0.qty field must be at least 1.", "/items/0/qty"),
         ("The field Qty must be between 1 and 100.", "/Qty"),
-        ("Key: 'Order.Items[0].Qty' Error:Field validation for 'Qty' failed on the 'gte' tag",
-         "/Items/0/Qty"),
+        (
+            "Key: 'Order.Items[0].Qty' Error:Field validation for 'Qty' failed on the 'gte' tag",
+            "/Items/0/Qty",
+        ),
     ],
 )
 def test_field_named_in_a_sentence(sentence: str, pointer: str) -> None:
@@ -51,8 +53,17 @@ def test_field_named_in_a_sentence(sentence: str, pointer: str) -> None:
 
 @pytest.mark.parametrize(
     "location",
-    [None, "", "$", "__all__", "non_field_errors", ("non_field_errors",), [], True,
-     "Something went wrong somewhere"],
+    [
+        None,
+        "",
+        "$",
+        "__all__",
+        "non_field_errors",
+        ("non_field_errors",),
+        [],
+        True,
+        "Something went wrong somewhere",
+    ],
 )
 def test_whole_request_is_no_field(location: object) -> None:
     """Locations that name the request as a whole (or nothing) give no pointer."""

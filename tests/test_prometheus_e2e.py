@@ -90,8 +90,13 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
-def wait_for(what: str, check: Any, timeout: float, proc: subprocess.Popen[bytes] | None = None,
-             log: Path | None = None) -> None:
+def wait_for(
+    what: str,
+    check: Any,
+    timeout: float,
+    proc: subprocess.Popen[bytes] | None = None,
+    log: Path | None = None,
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -121,8 +126,17 @@ async def ok(_: web.Request) -> web.Response:
 
 
 async def validation(_: web.Request) -> web.Response:
-    body = {"detail": [{"loc": ["body", "qty"], "msg": "Input should be greater than 0",
-                        "type": "greater_than", "input": -1, "ctx": {"gt": 0}}]}
+    body = {
+        "detail": [
+            {
+                "loc": ["body", "qty"],
+                "msg": "Input should be greater than 0",
+                "type": "greater_than",
+                "input": -1,
+                "ctx": {"gt": 0},
+            }
+        ]
+    }
     return web.json_response(body, status=422)
 
 
@@ -138,14 +152,16 @@ async def leak(_: web.Request) -> web.Response:
 async def bad_key(_: web.Request) -> web.Response:
     # a 4xx whose message reaches the envelope, so its secret must be cut there
     return web.json_response(
-        {"message": "Invalid api_key=sk_live_abcdefgh12345678 for this tenant"}, status=400,
+        {"message": "Invalid api_key=sk_live_abcdefgh12345678 for this tenant"},
+        status=400,
         headers={"WWW-Authenticate": 'Bearer error="invalid_token", token=eyJhbGciOi.abc'},
     )
 
 
 async def limited(_: web.Request) -> web.Response:
-    return web.json_response({"message": "Too many requests"}, status=429,
-                             headers={"Retry-After": "1"})
+    return web.json_response(
+        {"message": "Too many requests"}, status=429, headers={"Retry-After": "1"}
+    )
 
 
 async def missing(_: web.Request) -> web.Response:
@@ -236,38 +252,66 @@ class Stack:
 
 def mend_config(path: Path, up: Upstreams) -> None:
     local = "http://127.0.0.1"
-    path.write_text(yaml.safe_dump({"routes": [
-        {"name": "dead", "prefix": "/dead", "upstream": f"{local}:{up.dead_port}",
-         "strip_prefix": True, "connect_timeout": 1.0},
-        {"name": "broken", "prefix": "/broken", "upstream": f"{local}:{up.garbage_port}",
-         "strip_prefix": True},
-        {"name": "slow", "prefix": "/slow", "upstream": f"{local}:{up.http_port}",
-         "read_timeout": 0.3},
-        {"name": "api", "prefix": "/", "upstream": f"{local}:{up.http_port}"},
-    ]}), encoding="utf-8")
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "routes": [
+                    {
+                        "name": "dead",
+                        "prefix": "/dead",
+                        "upstream": f"{local}:{up.dead_port}",
+                        "strip_prefix": True,
+                        "connect_timeout": 1.0,
+                    },
+                    {
+                        "name": "broken",
+                        "prefix": "/broken",
+                        "upstream": f"{local}:{up.garbage_port}",
+                        "strip_prefix": True,
+                    },
+                    {
+                        "name": "slow",
+                        "prefix": "/slow",
+                        "upstream": f"{local}:{up.http_port}",
+                        "read_timeout": 0.3,
+                    },
+                    {"name": "api", "prefix": "/", "upstream": f"{local}:{up.http_port}"},
+                ]
+            }
+        ),
+        encoding="utf-8",
+    )
 
 
 def prometheus_config(path: Path, admin: str) -> None:
-    path.write_text(yaml.safe_dump({
-        "global": {"scrape_interval": f"{SCRAPE_S:g}s", "evaluation_interval": f"{SCRAPE_S:g}s"},
-        "rule_files": [str(ALERTS)],
-        "scrape_configs": [{"job_name": "mend", "static_configs": [{"targets": [admin]}]}],
-    }), encoding="utf-8")
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "global": {
+                    "scrape_interval": f"{SCRAPE_S:g}s",
+                    "evaluation_interval": f"{SCRAPE_S:g}s",
+                },
+                "rule_files": [str(ALERTS)],
+                "scrape_configs": [{"job_name": "mend", "static_configs": [{"targets": [admin]}]}],
+            }
+        ),
+        encoding="utf-8",
+    )
 
 
 # (method, path, body, times): every kind of traffic the dashboard has a panel for
 TRAFFIC: list[tuple[str, str, dict[str, Any] | None, int]] = [
-    ("GET", "/ok", None, 60),                   # passthrough
-    ("POST", "/orders", {"qty": -1}, 40),       # matched validation error, repeated
-    ("GET", "/teapot", None, 30),               # unmatched: fallback only
-    ("GET", "/leak", None, 30),                 # upstream 5xx, secrets and a trace in it
-    ("GET", "/bad-key", None, 20),              # a secret in the message and a header
-    ("GET", "/limited", None, 30),              # retryable
-    ("GET", "/orders/9", None, 20),             # not found
-    ("GET", "/maintenance", None, 20),          # 503
-    ("GET", "/dead/x", None, 15),               # unreachable upstream
-    ("GET", "/broken/x", None, 15),             # not HTTP: protocol error
-    ("GET", "/slow/thing", None, 6),            # read timeout
+    ("GET", "/ok", None, 60),  # passthrough
+    ("POST", "/orders", {"qty": -1}, 40),  # matched validation error, repeated
+    ("GET", "/teapot", None, 30),  # unmatched: fallback only
+    ("GET", "/leak", None, 30),  # upstream 5xx, secrets and a trace in it
+    ("GET", "/bad-key", None, 20),  # a secret in the message and a header
+    ("GET", "/limited", None, 30),  # retryable
+    ("GET", "/orders/9", None, 20),  # not found
+    ("GET", "/maintenance", None, 20),  # 503
+    ("GET", "/dead/x", None, 15),  # unreachable upstream
+    ("GET", "/broken/x", None, 15),  # not HTTP: protocol error
+    ("GET", "/slow/thing", None, 6),  # read timeout
 ]
 
 
@@ -312,28 +356,57 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             mend_log = tmp / "mend.log"
             with mend_log.open("wb") as out:
                 mend = subprocess.Popen(
-                    [sys.executable, "-m", "proxy", "run", "--config", str(tmp / "mend.yaml"),
-                     "--listen", listen, "--admin-listen", admin],
-                    cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    [
+                        sys.executable,
+                        "-m",
+                        "proxy",
+                        "run",
+                        "--config",
+                        str(tmp / "mend.yaml"),
+                        "--listen",
+                        listen,
+                        "--admin-listen",
+                        admin,
+                    ],
+                    cwd=REPO,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
                 )
             procs.append(mend)
-            wait_for("mend /readyz", lambda: http_get(f"http://{admin}/readyz")[0] == 200, 30,
-                     mend, mend_log)
+            wait_for(
+                "mend /readyz",
+                lambda: http_get(f"http://{admin}/readyz")[0] == 200,
+                30,
+                mend,
+                mend_log,
+            )
 
             prom_addr = f"127.0.0.1:{free_port()}"
             prometheus_config(tmp / "prometheus.yml", admin)
             prom_log = tmp / "prometheus.log"
             with prom_log.open("wb") as out:
                 prom = subprocess.Popen(
-                    [prometheus, f"--config.file={tmp / 'prometheus.yml'}",
-                     f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address={prom_addr}",
-                     "--storage.tsdb.retention.time=1h"],
-                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    [
+                        prometheus,
+                        f"--config.file={tmp / 'prometheus.yml'}",
+                        f"--storage.tsdb.path={tmp / 'tsdb'}",
+                        f"--web.listen-address={prom_addr}",
+                        "--storage.tsdb.retention.time=1h",
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
                 )
             procs.append(prom)
             prom_url = f"http://{prom_addr}"
-            wait_for("prometheus ready", lambda: http_get(f"{prom_url}/-/ready")[0] == 200, 60,
-                     prom, prom_log)
+            wait_for(
+                "prometheus ready",
+                lambda: http_get(f"{prom_url}/-/ready")[0] == 200,
+                60,
+                prom,
+                prom_log,
+            )
 
             def scraped() -> bool:
                 result = prom_query(prom_url, 'up{job="mend"} == 1')["data"]["result"]
@@ -363,8 +436,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                     proc.wait()
 
 
-@pytest.mark.parametrize(("title", "expr"), dashboard_targets(),
-                         ids=[t for t, _ in dashboard_targets()])
+@pytest.mark.parametrize(
+    ("title", "expr"), dashboard_targets(), ids=[t for t, _ in dashboard_targets()]
+)
 def test_dashboard_query_returns_data(stack: Stack, title: str, expr: str) -> None:
     """A dashboard panel's query is valid PromQL and shows data after varied traffic."""
     answer = prom_query(stack.prometheus, grafana_expand(expr))
@@ -468,8 +542,14 @@ def test_compose_services_run_and_pass_their_healthchecks(tmp_path: Path) -> Non
     def healthy(name: str) -> bool:
         test = services[name]["healthcheck"]["test"]
         assert test[0] == "CMD"
-        check = subprocess.run(compose_argv(test[1:], ports), cwd=REPO, capture_output=True,
-                               timeout=10, check=False, stdin=subprocess.DEVNULL)
+        check = subprocess.run(
+            compose_argv(test[1:], ports),
+            cwd=REPO,
+            capture_output=True,
+            timeout=10,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
         return check.returncode == 0
 
     try:
@@ -480,8 +560,15 @@ def test_compose_services_run_and_pass_their_healthchecks(tmp_path: Path) -> Non
             )
             log = tmp_path / f"{name}.log"
             with log.open("wb") as out:
-                procs.append(subprocess.Popen(argv, cwd=REPO, stdin=subprocess.DEVNULL,
-                                              stdout=out, stderr=subprocess.STDOUT))
+                procs.append(
+                    subprocess.Popen(
+                        argv,
+                        cwd=REPO,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
             wait_for(f"{name} healthcheck", lambda n=name: healthy(n), 30, procs[-1], log)
 
         def agent_traffic_counted() -> bool:
@@ -489,8 +576,13 @@ def test_compose_services_run_and_pass_their_healthchecks(tmp_path: Path) -> Non
             counts = re.findall(rb"^mend_requests_total\{[^}]*\} ([0-9.e+]+)$", metrics, re.M)
             return sum(float(c) for c in counts) > 0
 
-        wait_for("agent traffic in mend_requests_total", agent_traffic_counted, 30,
-                 procs[-1], tmp_path / "agent.log")
+        wait_for(
+            "agent traffic in mend_requests_total",
+            agent_traffic_counted,
+            30,
+            procs[-1],
+            tmp_path / "agent.log",
+        )
     finally:
         for proc in reversed(procs):
             proc.terminate()

@@ -14,7 +14,7 @@ by ``Accept``; the HTML escapes every value, since rule text is operator input.
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import PurePath
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -291,24 +291,28 @@ def entry_html(entry: dict[str, Any], catalog: dict[str, dict[str, Any]]) -> str
     return _page(code, body)
 
 
-def catalog_routes(store: _Store, docs_base_url: str | None = None) -> list[web.RouteDef]:
-    """The catalog's two routes; links are relative unless ``public_url`` (or the argument) says."""
+CatalogPages = Callable[[web.BaseRequest], Awaitable[web.Response | None]]
+
+
+def catalog_pages(store: _Store, docs_base_url: str | None = None) -> CatalogPages:
+    """The catalog's pages: ``BASE`` and ``BASE/{code}``, or ``None`` for any other path.
+
+    Links are relative unless ``public_url`` (or the argument) says otherwise.
+    """
     catalog = Catalog(store, docs_base_url)
 
-    async def index(request: web.Request) -> web.Response:
+    def index(as_html: bool) -> web.Response:
         found = catalog.entries()
-        if wants_html(request.headers.get("Accept")):
+        if as_html:
             return web.Response(text=index_html(found), content_type="text/html")
         return web.Response(
             body=orjson.dumps({"errors": sorted(found.values(), key=lambda e: e["code"])}),
             content_type="application/json",
         )
 
-    async def one(request: web.Request) -> web.Response:
-        code = request.match_info["code"]
+    def one(code: str, as_html: bool) -> web.Response:
         found = catalog.entries()
         entry = found.get(code)
-        as_html = wants_html(request.headers.get("Accept"))
         if entry is None:
             if as_html:
                 text = _page("not found", f"<h1>No code <code>{_e(code[:64])}</code></h1>")
@@ -322,4 +326,14 @@ def catalog_routes(store: _Store, docs_base_url: str | None = None) -> list[web.
             return web.Response(text=entry_html(entry, found), content_type="text/html")
         return web.Response(body=orjson.dumps(entry), content_type="application/json")
 
-    return [web.get(BASE, index), web.get(BASE + "/{code}", one)]
+    async def pages(request: web.BaseRequest) -> web.Response | None:
+        path = request.path
+        as_html = wants_html(request.headers.get("Accept"))
+        if path == BASE:
+            return index(as_html)
+        code = path.removeprefix(BASE + "/")
+        if code != path and code and "/" not in code:
+            return one(code, as_html)
+        return None
+
+    return pages

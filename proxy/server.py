@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
+from structlog.typing import FilteringBoundLogger
 
 from proxy import __version__
 from proxy.admin import create_admin_app
-from proxy.app import APP_KEY, create_app
-from proxy.logs import make_logger
+from proxy.app import create_app
+from proxy.logs import LineWriter, make_logger
 from proxy.settings import Settings, parse_hostport
 from proxy.watch import RuleWatcher, reload_rules
+
+#: Request log lines reach stdout at most this late (warnings and errors at once): see LineWriter.
+LOG_FLUSH_INTERVAL = 0.2
 
 
 async def wait_for_stop() -> None:
@@ -30,13 +35,18 @@ async def wait_for_stop() -> None:
 
 async def serve(settings: Settings, *, worker: bool = False) -> None:
     """Run until SIGINT/SIGTERM. A worker shares the agent port and leaves admin to its parent."""
+    out = LineWriter(sys.stdout, flush_interval=LOG_FLUSH_INTERVAL)
+    try:
+        await _serve(settings, make_logger(out), worker=worker)
+    finally:
+        out.flush()
+
+
+async def _serve(settings: Settings, logger: FilteringBoundLogger, *, worker: bool) -> None:
     registry = CollectorRegistry()
-    logger = make_logger()
-    app = create_app(settings, registry, logger=logger)
-    store = app[APP_KEY].store
-    sites: list[tuple[web.AppRunner, str]] = [
-        (web.AppRunner(app, access_log=None), settings.listen)
-    ]
+    server = create_app(settings, registry, logger=logger)
+    store = server.proxy.store
+    sites: list[tuple[web.BaseRunner, str]] = [(web.ServerRunner(server), settings.listen)]
     if not worker:
         admin = create_admin_app(store, registry, logger)
         sites.append((web.AppRunner(admin, access_log=None), settings.admin_listen))

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import BaseTestServer, TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
-from proxy.app import create_app
+from proxy.app import MendServer, create_app
 from proxy.logs import make_logger
 from proxy.settings import Route, Settings
 
@@ -22,11 +22,22 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ROOT = Path(__file__).resolve().parent.parent
 
 
+class MendTestServer(BaseTestServer):
+    """A ``MendServer`` on a free loopback port, for ``aiohttp_client``."""
+
+    def __init__(self, server: MendServer, **kwargs: Any) -> None:
+        self.mend = server
+        super().__init__(**kwargs)
+
+    async def _make_runner(self, **kwargs: Any) -> web.ServerRunner:
+        return web.ServerRunner(self.mend, **kwargs)
+
+
 @dataclass
 class Mend:
     """A running mend: an HTTP client to it, its metrics registry and its log lines."""
 
-    client: TestClient[web.Request, web.Application]
+    client: TestClient[Any, Any]
     registry: CollectorRegistry
     log: io.StringIO
 
@@ -74,8 +85,8 @@ async def start_mend(aiohttp_client: Callable[..., Awaitable[TestClient[Any, Any
             routes = (Route(name="default", upstream=url, **(route or {})),)
         registry = CollectorRegistry()
         log = io.StringIO()
-        app = create_app(Settings(routes=routes, **settings), registry, logger=make_logger(log))
-        client = await aiohttp_client(app)
+        server = create_app(Settings(routes=routes, **settings), registry, logger=make_logger(log))
+        client = await aiohttp_client(MendTestServer(server))
         return Mend(client, registry, log)
 
     return start

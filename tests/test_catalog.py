@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
-from proxy.app import APP_KEY, create_app
+from proxy.app import create_app
 from proxy.catalog import wants_html
 from proxy.logs import make_logger
 from proxy.settings import Route, Settings
+from tests.conftest import MendTestServer
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 HOSTILE = "<script>alert('x')</script> & \"quotes\""
@@ -58,8 +58,8 @@ async def catalog(aiohttp_client: ClientFactory, tmp_path: Path) -> TestClient[A
     rules.write_text(ORDERS)
     route = Route(name="default", upstream="http://127.0.0.1:9")
     settings = Settings(routes=(route,), rules=(rules,))
-    app = create_app(settings, CollectorRegistry(), logger=make_logger(io.StringIO()))
-    return await aiohttp_client(app)
+    server = create_app(settings, CollectorRegistry(), logger=make_logger(io.StringIO()))
+    return await aiohttp_client(MendTestServer(server))
 
 
 async def get_json(client: TestClient[Any, Any], path: str) -> Any:
@@ -166,8 +166,8 @@ async def test_reload_shows_in_the_catalog(catalog: TestClient[Any, Any], tmp_pa
         ORDERS + "  - id: orders.teapot\n    when: {status: 418}\n"
         "    envelope: {code: TEAPOT, category: validation}\n"
     )
-    app: web.Application = catalog.app
-    app[APP_KEY].store.reload()
+    assert isinstance(catalog.server, MendTestServer)
+    catalog.server.mend.proxy.store.reload()
     entry = await get_json(catalog, "/_mend/errors/TEAPOT")
     assert entry["rules"][0]["id"] == "orders.teapot"
 

@@ -17,17 +17,20 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer
+from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
 from proxy.admin import create_admin_app
-from proxy.app import APP_KEY, create_app
+from proxy.app import create_app
+from proxy.engine import RuleStore
 from proxy.logs import make_logger
 from proxy.settings import Route, Settings
 from proxy.watch import RuleWatcher
+from tests.conftest import MendTestServer
 
 ROOT = Path(__file__).resolve().parent.parent
 ServerFactory = Callable[..., Awaitable[TestServer]]
+ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 
 BAD_VERSIONS = {
     "yaml syntax": ("rules:\n  - id: t.teapot\n    when: {status: [418\n", 4),
@@ -101,7 +104,7 @@ class Running:
     log: io.StringIO
     proxy_url: str
     admin_url: str
-    app: web.Application
+    store: RuleStore
 
     def rejections(self) -> list[dict[str, Any]]:
         lines = [json.loads(x) for x in self.log.getvalue().splitlines() if x.strip()]
@@ -109,7 +112,9 @@ class Running:
 
 
 @pytest.fixture
-async def running(aiohttp_server: ServerFactory, tmp_path: Path) -> Running:
+async def running(
+    aiohttp_server: ServerFactory, aiohttp_client: ClientFactory, tmp_path: Path
+) -> Running:
     """A real mend (agent and admin ports on loopback) in front of a real 418 upstream."""
     upstream_app = web.Application()
     upstream_app.router.add_get("/{tail:.*}", teapot)
@@ -120,16 +125,16 @@ async def running(aiohttp_server: ServerFactory, tmp_path: Path) -> Running:
     settings = Settings(routes=(route,), rules=(rules,), default_packs=False)
     registry, log = CollectorRegistry(), io.StringIO()
     logger = make_logger(log)
-    app = create_app(settings, registry, logger=logger)
-    proxy = await aiohttp_server(app)
-    admin = await aiohttp_server(create_admin_app(app[APP_KEY].store, registry, logger))
+    server = create_app(settings, registry, logger=logger)
+    proxy = (await aiohttp_client(MendTestServer(server))).server
+    admin = await aiohttp_server(create_admin_app(server.proxy.store, registry, logger))
     return Running(
         rules,
         registry,
         log,
         str(proxy.make_url("/tea")),
         str(admin.make_url("/-/reload")),
-        app,
+        server.proxy.store,
     )
 
 
@@ -137,7 +142,7 @@ async def test_rewrites_under_load_drop_nothing_and_bad_files_keep_the_old_rules
     running: Running,
 ) -> None:
     """Good versions take effect, bad ones are rejected (logged, counted), no request fails."""
-    store = running.app[APP_KEY].store
+    store = running.store
     watcher = RuleWatcher(store, make_logger(running.log), interval=0.02, debounce=0.05)
     watcher.start()
     load = Load(running.proxy_url)

@@ -6,8 +6,7 @@ Like httpx's ``map_httpcore_exceptions``: the forwarder wraps the upstream call 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from types import TracebackType
 from typing import Any
 
 import aiohttp
@@ -64,17 +63,27 @@ class ProxyBug(ProxyFailure):
     upstream = False
 
 
-@contextmanager
-def upstream_errors() -> Iterator[None]:
-    """Translate what aiohttp raises while talking to the upstream (subclasses first)."""
-    try:
-        yield
-    except ProxyFailure:
-        raise
-    except (TimeoutError, aiohttp.ServerTimeoutError, aiohttp.ConnectionTimeoutError) as exc:
-        raise UpstreamTimeout(type(exc).__name__) from exc
-    except aiohttp.ClientConnectorError as exc:
-        raise UpstreamUnreachable(str(exc.os_error) or type(exc).__name__) from exc
-    except (aiohttp.ClientError, OSError, ValueError) as exc:
-        # ServerDisconnectedError, ClientPayloadError, a malformed status line or header...
-        raise UpstreamProtocolError(type(exc).__name__) from exc
+class upstream_errors:  # lower case: used as ``with upstream_errors():``, like a function
+    """Translate what aiohttp raises while talking to the upstream (subclasses first).
+
+    A class, not ``@contextmanager``: it wraps every upstream call, and a generator-based
+    context manager costs several times more to enter and leave.
+    """
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, _: TracebackType | None
+    ) -> None:
+        if exc is None or isinstance(exc, ProxyFailure):
+            return
+        if isinstance(exc, (TimeoutError, aiohttp.ServerTimeoutError)):
+            raise UpstreamTimeout(type(exc).__name__) from exc
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            raise UpstreamUnreachable(str(exc.os_error) or type(exc).__name__) from exc
+        if isinstance(exc, (aiohttp.ClientError, OSError, ValueError)):
+            # ServerDisconnectedError, ClientPayloadError, a malformed status line or header...
+            raise UpstreamProtocolError(type(exc).__name__) from exc

@@ -299,6 +299,34 @@ async def test_hop_by_hop_headers_are_dropped_and_forwarded_set(
     assert resp.headers["X-Kept"] == "1"
 
 
+@pytest.mark.parametrize("method", ["GET", "POST"])
+async def test_upstream_gets_no_headers_the_agent_did_not_send(
+    start_upstream: StartUpstream, start_mend: StartMend, method: str
+) -> None:
+    """No User-Agent, Accept, Accept-Encoding or Content-Type of aiohttp's own is added."""
+    seen: list[dict[str, str]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        return web.Response(text="ok")
+
+    mend = await start_mend(await start_upstream({"/h": record}))
+    resp = await mend.client.request(
+        method,
+        "/h",
+        data=b"raw bytes" if method == "POST" else None,
+        skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+    )
+    assert resp.status == 200
+    added = {"User-Agent", "Accept", "Accept-Encoding", "Content-Type"} & set(seen[0])
+    assert added == set()
+    # what the agent does send still arrives
+    resp = await mend.client.request(
+        method, "/h", headers={"User-Agent": "agent/1", "Accept": "application/json"}
+    )
+    assert (seen[1]["User-Agent"], seen[1]["Accept"]) == ("agent/1", "application/json")
+
+
 @pytest.mark.parametrize("method", ["HEAD", "GET"])
 async def test_head_and_no_content(
     start_upstream: StartUpstream, start_mend: StartMend, method: str

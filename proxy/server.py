@@ -7,6 +7,7 @@ only the agent port, sharing it through SO_REUSEPORT, and the supervisor serves 
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import sys
 
@@ -23,6 +24,20 @@ from proxy.watch import RuleWatcher, reload_rules
 
 #: Request log lines reach stdout at most this late (warnings and errors at once): see LineWriter.
 LOG_FLUSH_INTERVAL = 0.2
+
+
+def settle_heap() -> None:
+    """Collect, then hide every object alive now from the cyclic garbage collector.
+
+    The compiled rules are hundreds of thousands of long-lived objects that each full collection
+    walked again: about 30 ms with the event loop stopped, several times a minute under load,
+    which was most of mend's p99. Frozen, they cost nothing (``gc.freeze``, as in CPython's
+    docs for pre-fork servers). After a reload the heap is unfrozen first, so the rules it
+    replaced can be collected.
+    """
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
 
 
 async def wait_for_stop() -> None:
@@ -46,10 +61,20 @@ async def _serve(settings: Settings, logger: FilteringBoundLogger, *, worker: bo
     registry = CollectorRegistry()
     server = create_app(settings, registry, logger=logger)
     store = server.proxy.store
+    counted = store.on_reload
+
+    def reloaded(ok: bool, rules: int) -> None:
+        if counted is not None:
+            counted(ok, rules)
+        if ok:
+            settle_heap()
+
+    store.on_reload = reloaded
     sites: list[tuple[web.BaseRunner, str]] = [(web.ServerRunner(server), settings.listen)]
     if not worker:
         admin = create_admin_app(store, registry, logger)
         sites.append((web.AppRunner(admin, access_log=None), settings.admin_listen))
+    settle_heap()
     for runner, address in sites:
         await runner.setup()
         host, port = parse_hostport(address)

@@ -153,8 +153,9 @@ class Proxy:
             # 2. classify: successes stream through untouched unless the route inspects them
             if not ruleset.inspects(upstream.status):
                 response = await self._stream(request, upstream, b"")
-                self._observe(exchange, response, started, upstream_s, "passthrough")
-                return response
+                return await self._finish(
+                    request, exchange, response, started, upstream_s, "passthrough"
+                )
             rewrite_started = time.perf_counter()
             is_success = upstream.status < 400
             # 3. read (a success only to a peek; an error up to the cap)
@@ -166,8 +167,9 @@ class Proxy:
             raw, complete = await self._read_capped(upstream, limit)
             if is_success and not complete:
                 response = await self._stream(request, upstream, raw)
-                self._observe(exchange, response, started, upstream_s, "passthrough")
-                return response
+                return await self._finish(
+                    request, exchange, response, started, upstream_s, "passthrough"
+                )
             body = bodies.parse(
                 raw,
                 encoding=upstream.headers.get("Content-Encoding", ""),
@@ -183,8 +185,9 @@ class Proxy:
             match = ruleset.match(exchange)
             if match is None:  # an inspected success that no rule calls an error
                 response = await self._send_buffered(request, upstream, raw)
-                self._observe(exchange, response, started, upstream_s, "passthrough")
-                return response
+                return await self._finish(
+                    request, exchange, response, started, upstream_s, "passthrough"
+                )
             # 5-7. build, redact, render
             response, envelope = self._envelope_response(
                 request, runtime.route, exchange, match, upstream
@@ -200,9 +203,10 @@ class Proxy:
             return await self._fail(request, exchange, runtime, self._bug(exc), started, upstream_s)
         finally:
             upstream.release()
-        # 8. observe
-        self._observe(exchange, response, started, upstream_s, "envelope", envelope)
-        return response
+        # 8. send, then observe
+        return await self._finish(
+            request, exchange, response, started, upstream_s, "envelope", envelope
+        )
 
     # --- forwarding -----------------------------------------------------------------------------
 
@@ -385,8 +389,9 @@ class Proxy:
         upstream_s: float | None,
     ) -> web.StreamResponse:
         response, envelope = await self._failure(request, exchange, runtime, failure)
-        self._observe(exchange, response, started, upstream_s, "proxy_failure", envelope, failure)
-        return response
+        return await self._finish(
+            request, exchange, response, started, upstream_s, "proxy_failure", envelope, failure
+        )
 
     async def _failure(
         self,
@@ -412,7 +417,32 @@ class Proxy:
             status=failure.status,
         )
 
-    # --- observe --------------------------------------------------------------------------------
+    # --- send and observe ----------------------------------------------------------------------
+
+    async def _finish(
+        self,
+        request: web.BaseRequest,
+        exchange: Exchange,
+        response: web.StreamResponse,
+        started: float,
+        upstream_s: float | None,
+        outcome: str,
+        envelope: Envelope | None = None,
+        failure: ProxyFailure | None = None,
+    ) -> web.StreamResponse:
+        """Send the response, then log and count it: the agent does not wait for the books.
+
+        aiohttp would send it after the handler returns; sending it here takes the log line and
+        the metrics off the agent's latency. A streamed response is already sent; an agent that
+        hung up is still logged, and aiohttp closes its connection.
+        """
+        try:
+            await response.prepare(request)
+            await response.write_eof()
+        except ConnectionError:
+            pass
+        self._observe(exchange, response, started, upstream_s, outcome, envelope, failure)
+        return response
 
     def _observe(
         self,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import platform
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import report, rulegen, upstream
+from bench import callgrind, report, rulegen, upstream
 from bench.procs import BenchError, Proc, ProcessGroup, free_port, http_get, pinned, rss_bytes
 from bench.procs import wait_ready as _wait_ready
 from bench.wrk import WrkResult, parse_wrk
@@ -48,8 +49,19 @@ MAIN_CONFIGS = ("mend", "bare", "bare-uvloop", "nginx")
 # everywhere would lengthen the run for no new information.
 EXTRA_CONFIGS = ("bare-debian",)
 EXTRA_PATHS = ("/ok",)
-SECTIONS = ("matrix", "rules", "memory", "stream", "startup", "reload", "workers")
+SECTIONS = (
+    "matrix",
+    "rules",
+    "memory",
+    "stream",
+    "startup",
+    "reload",
+    "workers",
+    "instructions",
+)
 RULE_SIZES = (10, 100, 1000)
+#: Requests counted per path under callgrind; /big moves 2 MiB each, slowly there.
+INSTRUCTION_REQUESTS = {"/big": 40}
 
 LOAD_CPU = "0"
 PROXY_CPU = "1"
@@ -117,6 +129,7 @@ class Harness:
         extra: Sequence[str] = (),
         cpus: str = PROXY_CPU,
         paths: tuple[str, ...] = PATHS,
+        wrap: Callable[[list[str]], list[str]] | None = None,
     ) -> Server:
         port = free_port()
         admin: int | None = None
@@ -151,12 +164,17 @@ class Harness:
             ]
         else:
             raise BenchError(f"unknown configuration {name!r}")
+        # under callgrind a proxy starts some 20 times slower
+        patience = 20.0 if wrap is None else 600.0
+        if wrap is not None:
+            cmd = wrap(cmd)
         start = time.monotonic()
         proc = self.group.start(name, pinned(cmd, self.cpu(cpus)), cwd=REPO)
-        _wait_ready(proc, port if admin is None else admin, "/ok" if admin is None else "/readyz")
+        probe = (port, "/ok") if admin is None else (admin, "/readyz")
+        _wait_ready(proc, *probe, timeout=patience)
         ready = time.monotonic() - start
         if admin is not None:
-            _wait_ready(proc, port, "/ok")
+            _wait_ready(proc, port, "/ok", timeout=patience)
         return Server(name, port, proc, admin, paths, ready)
 
     def stop(self, server: Server) -> None:
@@ -500,6 +518,31 @@ class Harness:
         for server in servers:
             self.stop(server)
 
+    def section_instructions(self) -> None:
+        """Instructions per request under callgrind: mend and its bare baseline, every path."""
+        missing = callgrind.available()
+        if missing:
+            self.results["instructions"] = {"available": False, "reason": missing}
+            return
+        baseline = self.results.get("baseline") or "bare-uvloop"
+        out: dict[str, Any] = {"available": True, "baseline": baseline, "per_request": {}}
+        for name in ("mend", baseline):
+            cg_out = self.tmp / f"callgrind-{name}.out"
+            wrap = functools.partial(callgrind.wrap, out_file=cg_out)
+            server = self.start_config(name, wrap=wrap)
+            counts: dict[str, float] = {}
+            try:
+                for path in self.opts.paths:
+                    n = INSTRUCTION_REQUESTS.get(path, 400)
+                    total = callgrind.count(
+                        server.proc, cg_out, server.port, path, requests=n, warmup=n // 2
+                    )
+                    counts[path] = total / n
+            finally:
+                self.stop(server)
+            out["per_request"][name] = counts
+        self.results["instructions"] = out
+
     # -- driver ----------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
@@ -519,6 +562,7 @@ class Harness:
             ("startup", False, self.section_startup),
             ("reload", True, self.section_reload),
             ("workers", True, self.section_workers),
+            ("instructions", True, self.section_instructions),
         ):
             if name not in opts.sections:
                 continue

@@ -235,6 +235,36 @@ def other_section(results: dict[str, Any]) -> list[str]:
     return out
 
 
+def instructions_section(results: dict[str, Any]) -> list[str]:
+    found = results.get("instructions")
+    if not found:
+        return []
+    out = ["### Instructions per request (callgrind; the same on every run)", ""]
+    if not found.get("available"):
+        return [*out, f"not available: {found.get('reason')}", ""]
+    base = found["baseline"]
+    per = found["per_request"]
+    rows = []
+    for path, mend in (per.get("mend") or {}).items():
+        bare = (per.get(base) or {}).get(path)
+        rows.append(
+            [
+                f"`{path}`",
+                f"{mend / 1000:,.0f} k",
+                f"{bare / 1000:,.0f} k" if bare else "—",
+                fmt_ratio(ratio(bare, mend)),
+            ]
+        )
+    out += table(["path", "mend", base, f"{base}/mend"], rows)
+    out += [
+        "",
+        f"`{base}/mend` is what the req/s ratio would be if both were bound by instructions "
+        "alone; system calls and memory stalls (not counted) move the wall-clock ratio from it.",
+        "",
+    ]
+    return out
+
+
 def targets(results: dict[str, Any]) -> list[list[str]]:
     """The issue's targets, each with the worst measured cell and a verdict."""
     rows: list[list[str]] = []
@@ -369,6 +399,7 @@ def render(results: dict[str, Any]) -> str:
     out += [*matrix_section(results), ""]
     out += [*rules_section(results), ""]
     out += other_section(results)
+    out += instructions_section(results)
     checks = results.get("checks") or {}
     codes = {
         f"{path} → {c['code']} ({c['rule']})"

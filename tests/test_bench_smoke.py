@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bench import report, rulegen, upstream
+from bench import callgrind, report, rulegen, upstream
 from bench.harness import Harness, parse_args
 from bench.procs import BenchError
 from bench.upstream import nginx_path
@@ -242,3 +243,44 @@ def test_a_failed_section_is_recorded_and_the_run_goes_on() -> None:
         "section reload failed: mend exited with code 2 before it was ready: ... "
         "rules/x.yaml:3: bad"
     ]
+
+
+@pytest.mark.skipif(
+    bool(callgrind.available()) or nginx_path() is None,
+    reason="needs valgrind and nginx (scripts/install-system-deps installs them)",
+)
+def test_callgrind_counts_instructions_per_request(tmp_path: Path) -> None:
+    """The bare proxy under callgrind: more requests count proportionally more instructions."""
+    harness = Harness(parse_args(["--quick", "--no-pin"]))
+    try:
+        harness.start_upstream()
+        cg_out = tmp_path / "cg.out"
+        server = harness.start_config(
+            "bare-uvloop", wrap=functools.partial(callgrind.wrap, out_file=cg_out)
+        )
+        few = callgrind.count(server.proc, cg_out, server.port, "/ok", requests=20, warmup=10)
+        many = callgrind.count(server.proc, cg_out, server.port, "/ok", requests=80, warmup=0)
+    finally:
+        harness.close()
+    # every request costs some instructions; counts are zeroed between paths, not summed
+    assert few > 20 * 10_000
+    assert 3.5 < many / few < 4.5
+
+
+def test_instructions_section_renders_the_ratio() -> None:
+    """The report shows both counts in thousands and baseline/mend as the ratio."""
+    text = "\n".join(
+        report.instructions_section(
+            {
+                "instructions": {
+                    "available": True,
+                    "baseline": "bare-uvloop",
+                    "per_request": {
+                        "mend": {"/ok": 640_000.0},
+                        "bare-uvloop": {"/ok": 480_000.0},
+                    },
+                }
+            }
+        )
+    )
+    assert "| `/ok` | 640 k | 480 k | 0.75x |" in text

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
@@ -17,7 +18,7 @@ from proxy.app import create_app
 from proxy.catalog import wants_html
 from proxy.logs import make_logger
 from proxy.settings import Route, Settings
-from tests.conftest import MendTestServer
+from tests.conftest import MendTestServer, StartMend, StartUpstream
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 HOSTILE = "<script>alert('x')</script> & \"quotes\""
@@ -188,3 +189,37 @@ async def test_reload_shows_in_the_catalog(catalog: TestClient[Any, Any], tmp_pa
 def test_accept_chooses_html_or_json(accept: str | None, html_wanted: bool) -> None:
     """HTML only when Accept prefers it over JSON; JSON is the default."""
     assert wants_html(accept) is html_wanted
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "served_by_mend"),
+    [
+        ("GET", "/_mend/errors", True),
+        ("HEAD", "/_mend/errors", True),
+        ("GET", "/_mend/errors/RATE_LIMITED", True),
+        ("POST", "/_mend/errors", False),
+        ("DELETE", "/_mend/errors/RATE_LIMITED", False),
+        ("GET", "/_mend/errors/", False),
+        ("GET", "/_mend/errors/A/B", False),
+        ("GET", "/_mend/errorsX", False),
+        ("GET", "/_mend", False),
+    ],
+)
+async def test_only_the_catalog_pages_are_mends(
+    start_upstream: StartUpstream,
+    start_mend: StartMend,
+    method: str,
+    path: str,
+    served_by_mend: bool,
+) -> None:
+    """GET and HEAD of the two catalog pages are answered by mend; all else is the upstream's."""
+    seen: list[str] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append(f"{request.method} {request.path}")
+        return web.Response(text="upstream")
+
+    mend = await start_mend(await start_upstream({"/{tail:.*}": record}))
+    resp = await mend.client.request(method, path, headers={"Accept": "application/json"})
+    assert resp.status == 200
+    assert seen == ([] if served_by_mend else [f"{method} {path}"])

@@ -441,19 +441,6 @@ class Proxy:
             await response.write_eof()
         except ConnectionError:
             pass
-        self._observe(exchange, response, started, upstream_s, outcome, envelope, failure)
-        return response
-
-    def _observe(
-        self,
-        exchange: Exchange,
-        response: web.StreamResponse,
-        started: float,
-        upstream_s: float | None,
-        outcome: str,
-        envelope: Envelope | None = None,
-        failure: ProxyFailure | None = None,
-    ) -> None:
         elapsed = time.perf_counter() - started
         per_route = self.metrics.for_route(exchange.route)
         per_route.outcome(outcome).inc()
@@ -477,6 +464,7 @@ class Proxy:
             upstream_ms=round(upstream_s * 1000, 3) if upstream_s is not None else None,
             upstream_body=upstream_body,
         )
+        return response
 
     async def close(self) -> None:
         await self.upstreams.close()
@@ -521,5 +509,5 @@ def create_app(
     store = RuleStore(settings, engine or Engine.load(settings), on_reload=metrics.reloaded)
     metrics.reloaded(True, store.engine.rule_count)
     proxy = Proxy(settings, store, metrics, logger or make_logger(), agent_redactor())
-    # mend writes its own access log line (``Proxy._observe``); aiohttp's would be a second one
+    # mend writes its own access log line (``Proxy._finish``); aiohttp's would be a second one
     return MendServer(proxy, catalog_pages(store), access_log=None, max_field_size=16384)

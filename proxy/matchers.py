@@ -216,11 +216,13 @@ def _needs(cond: JsonCondition) -> Requirement | None:
     if "exists" in given and not cond.exists:
         return None
     # every other form is false on a null (or non-JSON) value
-    return compile_jmespath(cond.query).roots
+    return compile_jmespath(cond.query).paths
 
 
 def required_keys(when: When) -> tuple[Requirement, ...]:
-    """Sets of top-level JSON keys a body must meet (one key of each) for ``when`` to hold.
+    """Sets of JSON key paths a body must meet (one path of each) for ``when`` to hold.
+
+    A path is a top-level key or two keys joined by ``query.PATH_SEP`` (see ``Query.paths``).
 
     Derived once at load from conditions that are certainly false when their query is null, so a
     rule whose keys are absent is skipped without evaluating a single predicate.

@@ -208,18 +208,51 @@ def _compile(node: Mapping[str, Any]) -> Getter:
     raise _NotCompiled(kind)
 
 
-def _roots(node: Mapping[str, Any]) -> frozenset[str] | None:
-    """Top-level keys of which at least one must be present for a non-null result, if known."""
+#: Joins the two keys of a two-level path: ``error.status`` is required as ``"error\x00status"``.
+PATH_SEP = "\x00"
+
+
+def _paths(node: Mapping[str, Any]) -> frozenset[str] | None:
+    """Key paths (one or two levels deep) of which one must be present for a non-null result.
+
+    ``error.status`` is null unless the body's ``error`` is an object with a ``status`` key, so it
+    needs ``error\x00status``; ``errors[0].field`` needs ``errors``. None when nothing is certain.
+    """
     kind = node["type"]
     children = node.get("children", [])
     if kind == "field":
         return frozenset([node["value"]])
-    if kind in ("subexpression", "index_expression", "and_expression"):
-        return _roots(children[0])  # null on the left stays null (`&&` returns its falsy left)
+    if kind == "subexpression":  # a chain: ``a.b[0].c`` is one node with three children
+        left, second = children[0], _head_field(children[1])
+        if left["type"] == "field" and second is not None:
+            return frozenset([left["value"] + PATH_SEP + second])
+        return _paths(left)  # null on the left stays null
+    if kind in ("index_expression", "and_expression"):
+        return _paths(children[0])  # `&&` returns its falsy left
     if kind == "or_expression":
-        left, right = _roots(children[0]), _roots(children[1])
-        return None if left is None or right is None else left | right
+        left_paths, right_paths = _paths(children[0]), _paths(children[1])
+        return None if left_paths is None or right_paths is None else left_paths | right_paths
     return None
+
+
+def _head_field(node: Mapping[str, Any]) -> str | None:
+    """The key a chain step reads first: ``b`` for ``b`` and for ``b[0]``."""
+    if node["type"] == "field":
+        return str(node["value"])
+    if node["type"] == "index_expression":
+        return _head_field(node["children"][0])
+    return None
+
+
+def present_paths(document: Any) -> frozenset[str]:
+    """The one- and two-level key paths ``document`` has, spelled as ``Query.paths`` spells them."""
+    if not isinstance(document, dict):
+        return frozenset()
+    found = set(document)
+    for key, value in document.items():
+        if isinstance(value, dict):
+            found.update(key + PATH_SEP + sub for sub in value)
+    return frozenset(found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,8 +262,8 @@ class Query:
     expression: str
     _get: Getter
     native: bool
-    #: the query is null on any JSON object that has none of these keys (None: no such set)
-    roots: frozenset[str] | None = None
+    #: the query is null on any JSON body that has none of these key paths (None: no such set)
+    paths: frozenset[str] | None = None
 
     def search(self, document: Any) -> Any:
         try:
@@ -242,8 +275,8 @@ class Query:
 def compile_query(expression: str) -> Query:
     """Raises ``jmespath.exceptions.JMESPathError`` for a query that does not parse."""
     parsed = jmespath.compile(expression)
-    roots = _roots(parsed.parsed)
+    paths = _paths(parsed.parsed)
     try:
-        return Query(expression, _compile(parsed.parsed), native=True, roots=roots)
+        return Query(expression, _compile(parsed.parsed), native=True, paths=paths)
     except _NotCompiled:
-        return Query(expression, parsed.search, native=False, roots=roots)
+        return Query(expression, parsed.search, native=False, paths=paths)

@@ -17,6 +17,7 @@ import re2
 from proxy.build import CompiledEnvelope
 from proxy.exchange import Exchange
 from proxy.matchers import Found, Predicate, compile_when, required_keys, statuses
+from proxy.query import present_paths
 from proxy.rulefile import Docs, LoadedRule, compile_jmespath, re2_options
 
 ERROR_STATUSES = frozenset(range(400, 600))
@@ -90,7 +91,6 @@ class Verdict:
     found: Found = field(default_factory=dict)
 
 
-_NO_KEYS: frozenset[str] = frozenset()
 #: Below this many body regexes in one status bucket, trying them in turn is as cheap as a set.
 _PREFILTER_MIN = 8
 
@@ -155,10 +155,9 @@ class RuleSet:
         status = exchange.status or 0
         prefilter = self.prefilters.get(status)
         hits: frozenset[int] | None = None
-        body = exchange.json
-        keys = body.keys() if isinstance(body, dict) else _NO_KEYS
+        present = present_paths(exchange.json)
         for rule in self.index.get(status, ()):
-            if rule.requires and any(keys.isdisjoint(need) for need in rule.requires):
+            if rule.requires and any(present.isdisjoint(need) for need in rule.requires):
                 continue
             if prefilter is not None and rule.body_pattern is not None:
                 if hits is None:

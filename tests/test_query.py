@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.query import compile_query
+from proxy.query import compile_query, present_paths
 
 RULES = Path(__file__).resolve().parent.parent / "rules"
 
@@ -168,11 +168,14 @@ def test_bad_syntax_raises_at_compile_time() -> None:
 
 
 @pytest.mark.parametrize(
-    ("expression", "roots"),
+    ("expression", "paths"),
     [
         ("a", {"a"}),
-        ("a.b[0].c", {"a"}),
-        ("a || b.c", {"a", "b"}),
+        ("a.b", {"a\x00b"}),
+        ("a.b[0].c", {"a\x00b"}),
+        ("a[0].b", {"a"}),
+        ("a.b.c", {"a\x00b"}),
+        ("a || b.c", {"a", "b\x00c"}),
         ("a && b", {"a"}),
         ("a || type(b)", None),
         ("[0].a", None),
@@ -180,7 +183,31 @@ def test_bad_syntax_raises_at_compile_time() -> None:
         ("a == `1`", None),
     ],
 )
-def test_roots(expression: str, roots: set[str] | None) -> None:
-    """A query names the top-level keys without which it is null, only when that is certain."""
-    got = compile_query(expression).roots
-    assert (set(got) if got is not None else None) == roots
+def test_paths(expression: str, paths: set[str] | None) -> None:
+    """A query names the key paths without which it is null, only when that is certain."""
+    got = compile_query(expression).paths
+    assert (set(got) if got is not None else None) == paths
+
+
+@pytest.mark.parametrize(
+    ("document", "paths"),
+    [
+        ({"a": 1, "b": {"c": 2, "d": {"e": 3}}}, {"a", "b", "b\x00c", "b\x00d"}),
+        ({"a": [{"b": 1}]}, {"a"}),
+        ([{"a": 1}], set()),
+        ("text", set()),
+    ],
+)
+def test_present_paths(document: Any, paths: set[str]) -> None:
+    """A body offers its top-level keys and the keys of its top-level objects."""
+    assert set(present_paths(document)) == paths
+
+
+@given(_json)
+def test_a_query_is_null_on_bodies_without_its_paths(document: Any) -> None:
+    """Whenever a query's paths are all absent from a body, the query's result there is null."""
+    for expression in ("a.b", "a.b.c", "a.b[0].c", "a[0].b", "a || b.c", "a && b.c"):
+        query = compile_query(expression)
+        assert query.paths is not None
+        if query.paths.isdisjoint(present_paths(document)):
+            assert query.search(document) is None, expression

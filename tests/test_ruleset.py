@@ -10,7 +10,8 @@ import yaml
 
 from proxy import ruletest
 from proxy.evaluate import recorded_exchange
-from proxy.matchers import required_keys
+from proxy.exchange import Exchange
+from proxy.matchers import Found, Predicate, required_keys
 from proxy.rulefile import When, load_rule_text
 from proxy.ruleset import Rule, RuleSet
 
@@ -185,6 +186,38 @@ def _corpus() -> list[Any]:
     return found
 
 
+@pytest.mark.parametrize(
+    ("body", "skipped"),
+    [
+        ('{"error": "rate limit exceeded"}', True),  # error is not an object
+        ('{"error": {"message": "x"}}', True),  # an object without status
+        ('{"error": {"status": "INVALID_ARGUMENT"}}', False),
+        ('{"errors": [], "error": {"status": 1}}', False),
+    ],
+)
+def test_a_rule_is_skipped_when_a_nested_key_it_needs_is_absent(
+    body: str, skipped: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``error.status`` conditions are not evaluated on bodies whose ``error`` lacks ``status``."""
+    text = """\
+rules:
+  - id: t.grpc
+    when: {status: 429, json: [{query: "error.status", equals: INVALID_ARGUMENT}]}
+    envelope: {code: BAD, category: validation}
+"""
+    rules = RuleSet.build([Rule.compile(r) for r in load_rule_text(text, "t.yaml", "t")])
+    ran: list[str] = []
+    original = Rule.test
+
+    def counted(rule: Rule, ex: Exchange) -> tuple[bool, Found, Predicate | None]:
+        ran.append(rule.id)
+        return original(rule, ex)
+
+    monkeypatch.setattr(Rule, "test", counted)
+    rules.match(exchange(429, body))
+    assert (ran == []) is skipped
+
+
 def test_skipping_rules_never_changes_the_winner() -> None:
     """The status index, body prefilter and JSON key requirements only skip rules that fail."""
     rules = ruletest.Engines().get(success_rules=("*",)).routes["default"]
@@ -202,20 +235,24 @@ def test_skipping_rules_never_changes_the_winner() -> None:
     ("when", "requires"),
     [
         ({"json": [{"query": "detail[0].loc"}]}, [{"detail"}]),
-        ({"json": [{"query": "errors || error.errors"}]}, [{"errors", "error"}]),
-        ({"json": [{"query": "error.type", "equals": "card_error"}]}, [{"error"}]),
+        ({"json": [{"query": "errors || error.errors"}]}, [{"errors", "error\x00errors"}]),
+        ({"json": [{"query": "error.type", "equals": "card_error"}]}, [{"error\x00type"}]),
+        ({"json": [{"query": "error.details[0].reason"}]}, [{"error\x00details"}]),
         ({"json": [{"query": "error.type", "equals": None}]}, []),
         ({"json": [{"query": "code", "one_of": [3, None]}]}, []),
         ({"json": [{"query": "code", "exists": False}]}, []),
         ({"json": [{"query": "type(message)", "equals": "string"}]}, []),
         ({"json": [{"query": "ok", "equals": False}, {"query": "error"}]}, [{"ok"}, {"error"}]),
-        ({"any": [{"json": [{"query": "a"}]}, {"json": [{"query": "b.c"}]}]}, [{"a", "b"}]),
+        ({"any": [{"json": [{"query": "a"}]}, {"json": [{"query": "b.c"}]}]}, [{"a", "b\x00c"}]),
         ({"any": [{"json": [{"query": "a"}]}, {"body": "x"}]}, []),
         ({"all": [{"json": [{"query": "a"}]}], "not": {"json": [{"query": "b"}]}}, [{"a"}]),
     ],
 )
 def test_required_keys(when: dict[str, Any], requires: list[set[str]]) -> None:
-    """Only conditions that are certainly false on a missing key make a requirement."""
+    """Only conditions that are certainly false on a missing key make a requirement.
+
+    Two-level paths are joined by NUL: ``error.type`` needs an ``error`` object with ``type``.
+    """
     assert [set(r) for r in required_keys(When.model_validate(when))] == requires
 
 

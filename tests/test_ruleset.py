@@ -146,10 +146,37 @@ def test_body_prefilter_keeps_first_match_semantics(body: str, rule: str) -> Non
     """With a hundred body rules on one status, the RE2 set prefilter changes speed, not results."""
     rules = [Rule.compile(r) for r in load_rule_text(_many_body_rules(100), "m.yaml", "m")]
     ruleset = RuleSet.build(rules)
-    assert 500 in ruleset.prefilters
+    assert 500 in ruleset.prefiltered
     match = ruleset.match(exchange(500, body))
     assert match is not None
     assert match.rule.id == rule
+
+
+@pytest.mark.parametrize(
+    ("body", "tested"),
+    [
+        ("nothing to see", ["many.last"]),
+        ("boom Marker0042Exception here", ["many.r42"]),
+        ("Marker0099Exception and Marker0003Exception", ["many.r3"]),
+    ],
+)
+def test_only_rules_whose_body_regex_the_set_saw_are_tested(
+    body: str, tested: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Of a thousand body rules on one status, a response meets the rules without a body regex
+    and those whose regex the set saw match, in rule order, and no others."""
+    rules = [Rule.compile(r) for r in load_rule_text(_many_body_rules(1000), "m.yaml", "m")]
+    ruleset = RuleSet.build(rules)
+    ran: list[str] = []
+    original = Rule.test
+
+    def counted(rule: Rule, ex: Exchange) -> tuple[bool, Found, Predicate | None]:
+        ran.append(rule.id)
+        return original(rule, ex)
+
+    monkeypatch.setattr(Rule, "test", counted)
+    ruleset.match(exchange(500, body))
+    assert ran == tested
 
 
 def test_a_query_upstream_data_cannot_answer_falls_through() -> None:

@@ -121,6 +121,20 @@ def test_explain_names_the_failing_condition() -> None:
     assert "status 500" in by_id["t.json"].reason
 
 
+@pytest.fixture
+def ran(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the rules whose conditions a test's matching evaluated, in order."""
+    seen: list[str] = []
+    original = Rule.test
+
+    def counted(rule: Rule, ex: Exchange) -> tuple[bool, Found, Predicate | None]:
+        seen.append(rule.id)
+        return original(rule, ex)
+
+    monkeypatch.setattr(Rule, "test", counted)
+    return seen
+
+
 def _many_body_rules(count: int) -> str:
     rules = "".join(
         f"  - id: many.r{i}\n    when: {{status: 500, body: 'Marker{i:04d}Exception'}}\n"
@@ -161,20 +175,12 @@ def test_body_prefilter_keeps_first_match_semantics(body: str, rule: str) -> Non
     ],
 )
 def test_only_rules_whose_body_regex_the_set_saw_are_tested(
-    body: str, tested: list[str], monkeypatch: pytest.MonkeyPatch
+    body: str, tested: list[str], ran: list[str]
 ) -> None:
     """Of a thousand body rules on one status, a response meets the rules without a body regex
     and those whose regex the set saw match, in rule order, and no others."""
     rules = [Rule.compile(r) for r in load_rule_text(_many_body_rules(1000), "m.yaml", "m")]
     ruleset = RuleSet.build(rules)
-    ran: list[str] = []
-    original = Rule.test
-
-    def counted(rule: Rule, ex: Exchange) -> tuple[bool, Found, Predicate | None]:
-        ran.append(rule.id)
-        return original(rule, ex)
-
-    monkeypatch.setattr(Rule, "test", counted)
     ruleset.match(exchange(500, body))
     assert ran == tested
 
@@ -223,7 +229,7 @@ def _corpus() -> list[Any]:
     ],
 )
 def test_a_rule_is_skipped_when_a_nested_key_it_needs_is_absent(
-    body: str, skipped: bool, monkeypatch: pytest.MonkeyPatch
+    body: str, skipped: bool, ran: list[str]
 ) -> None:
     """``error.status`` conditions are not evaluated on bodies whose ``error`` lacks ``status``."""
     text = """\
@@ -233,14 +239,6 @@ rules:
     envelope: {code: BAD, category: validation}
 """
     rules = RuleSet.build([Rule.compile(r) for r in load_rule_text(text, "t.yaml", "t")])
-    ran: list[str] = []
-    original = Rule.test
-
-    def counted(rule: Rule, ex: Exchange) -> tuple[bool, Found, Predicate | None]:
-        ran.append(rule.id)
-        return original(rule, ex)
-
-    monkeypatch.setattr(Rule, "test", counted)
     rules.match(exchange(429, body))
     assert (ran == []) is skipped
 

@@ -53,7 +53,6 @@ KEPT_ON_ENVELOPES = re.compile(
     re.I,
 )
 _HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
-_CATALOG_METHODS = frozenset({"GET", "HEAD"})
 #: Success bodies up to this size are read whole and sent in one write.
 _SMALL_BODY = 64 << 10
 _STARTED: web.RequestKey[bool] = web.RequestKey("mend.response_started", bool)
@@ -487,7 +486,7 @@ class MendServer(web.Server):
         self.catalog = catalog
 
     async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
-        if request.method in _CATALOG_METHODS and request.path.startswith(CATALOG_BASE):
+        if request.path.startswith(CATALOG_BASE):
             page = await self.catalog(request)
             if page is not None:
                 return page
@@ -508,7 +507,7 @@ def create_app(
 ) -> MendServer:
     """The agent-facing server (serve it with ``web.ServerRunner``). May raise ``RuleError``."""
     metrics = Metrics(registry)
-    store = RuleStore(settings, engine or Engine.load(settings), on_reload=metrics.reloaded)
+    store = RuleStore(settings, engine or Engine.load(settings), on_reload=[metrics.reloaded])
     metrics.reloaded(True, store.engine.rule_count)
     proxy = Proxy(settings, store, metrics, logger or make_logger(), agent_redactor())
     # mend writes its own access log line (``Proxy._finish``); aiohttp's would be a second one

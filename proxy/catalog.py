@@ -291,11 +291,12 @@ def entry_html(entry: dict[str, Any], catalog: dict[str, dict[str, Any]]) -> str
     return _page(code, body)
 
 
+_PAGE_METHODS = frozenset({"GET", "HEAD"})
 CatalogPages = Callable[[web.BaseRequest], Awaitable[web.Response | None]]
 
 
 def catalog_pages(store: _Store, docs_base_url: str | None = None) -> CatalogPages:
-    """The catalog's pages: ``BASE`` and ``BASE/{code}``, or ``None`` for any other path.
+    """The catalog's pages: GET or HEAD of ``BASE`` and ``BASE/{code}``; ``None`` for all else.
 
     Links are relative unless ``public_url`` (or the argument) says otherwise.
     """
@@ -327,13 +328,14 @@ def catalog_pages(store: _Store, docs_base_url: str | None = None) -> CatalogPag
         return web.Response(body=orjson.dumps(entry), content_type="application/json")
 
     async def pages(request: web.BaseRequest) -> web.Response | None:
+        if request.method not in _PAGE_METHODS:
+            return None
         path = request.path
-        as_html = wants_html(request.headers.get("Accept"))
         if path == BASE:
-            return index(as_html)
+            return index(wants_html(request.headers.get("Accept")))
         code = path.removeprefix(BASE + "/")
         if code != path and code and "/" not in code:
-            return one(code, as_html)
+            return one(code, wants_html(request.headers.get("Accept")))
         return None
 
     return pages

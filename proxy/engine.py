@@ -75,7 +75,8 @@ class RuleStore:
 
     settings: Settings
     engine: Engine
-    on_reload: Callable[[bool, int], None] | None = None
+    #: called with (succeeded, rules in force) after every attempt, in order
+    on_reload: list[Callable[[bool, int], None]] = field(default_factory=list)
     last_error: str | None = field(default=None)
 
     def reload(self) -> Engine:
@@ -83,11 +84,13 @@ class RuleStore:
             engine = Engine.load(self.settings)
         except RuleError as exc:
             self.last_error = str(exc)
-            if self.on_reload:
-                self.on_reload(False, self.engine.rule_count)
+            self._notify(False, self.engine.rule_count)
             raise
         self.engine = engine
         self.last_error = None
-        if self.on_reload:
-            self.on_reload(True, engine.rule_count)
+        self._notify(True, engine.rule_count)
         return engine
+
+    def _notify(self, ok: bool, rules: int) -> None:
+        for listener in self.on_reload:
+            listener(ok, rules)

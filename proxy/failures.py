@@ -80,7 +80,7 @@ class upstream_errors:  # lower case: used as ``with upstream_errors():``, like 
     ) -> None:
         if exc is None or isinstance(exc, ProxyFailure):
             return
-        if isinstance(exc, (TimeoutError, aiohttp.ServerTimeoutError)):
+        if isinstance(exc, TimeoutError):  # aiohttp's connect and read timeouts included
             raise UpstreamTimeout(type(exc).__name__) from exc
         if isinstance(exc, aiohttp.ClientConnectorError):
             raise UpstreamUnreachable(str(exc.os_error) or type(exc).__name__) from exc

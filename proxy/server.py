@@ -40,6 +40,11 @@ def settle_heap() -> None:
     gc.freeze()
 
 
+def _settle_after_reload(ok: bool, _: int) -> None:
+    if ok:
+        settle_heap()
+
+
 async def wait_for_stop() -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -61,15 +66,7 @@ async def _serve(settings: Settings, logger: FilteringBoundLogger, *, worker: bo
     registry = CollectorRegistry()
     server = create_app(settings, registry, logger=logger)
     store = server.proxy.store
-    counted = store.on_reload
-
-    def reloaded(ok: bool, rules: int) -> None:
-        if counted is not None:
-            counted(ok, rules)
-        if ok:
-            settle_heap()
-
-    store.on_reload = reloaded
+    store.on_reload.append(_settle_after_reload)
     sites: list[tuple[web.BaseRunner, str]] = [(web.ServerRunner(server), settings.listen)]
     if not worker:
         admin = create_admin_app(store, registry, logger)

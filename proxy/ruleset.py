@@ -140,10 +140,10 @@ class _Bucket:
                 by_slot.setdefault(prefilter.slots[rule.id], []).append((position, rule))
         return cls(prefilter, tuple(always), {k: tuple(v) for k, v in by_slot.items()})
 
-    def candidates(self, text: str) -> list[Rule]:
-        """The rules that can match ``text``, in rule order."""
+    def candidates(self, hits: frozenset[int]) -> list[Rule]:
+        """The rules that can match a text the prefilter saw ``hits`` in, in rule order."""
         chosen = [*self.always]
-        for slot in self.prefilter.hits(text):
+        for slot in hits:
             chosen.extend(self.by_slot.get(slot, ()))
         chosen.sort(key=_position)
         return [rule for _, rule in chosen]
@@ -151,6 +151,18 @@ class _Bucket:
 
 def _position(entry: tuple[int, Rule]) -> int:
     return entry[0]
+
+
+def _can_match(rule: Rule, present: frozenset[str]) -> bool:
+    """Whether the body has at least one key path of each set the rule requires."""
+    return all(not present.isdisjoint(need) for need in rule.requires)
+
+
+#: Distinct response shapes remembered per rule set before the memory starts over.
+_SHAPES_MAX = 1024
+
+#: (status, prefilter hits, key paths present): what decides which rules a response can match.
+Shape = tuple[int, frozenset[int], frozenset[str]]
 
 
 def _wanted_on_success(rule_id: str, globs: Sequence[str]) -> bool:
@@ -162,6 +174,9 @@ class RuleSet:
     rules: tuple[Rule, ...]
     index: dict[int, tuple[Rule, ...]]
     prefiltered: dict[int, _Bucket] = field(default_factory=dict)
+    #: the candidate rules per response shape: an API answers with a handful of error shapes,
+    #: so walking the status bucket to drop rules that cannot match is done once per shape
+    _shapes: dict[Shape, tuple[Rule, ...]] = field(default_factory=dict, compare=False)
 
     @classmethod
     def build(cls, rules: Iterable[Rule], success_rules: Sequence[str] = ()) -> RuleSet:
@@ -188,16 +203,24 @@ class RuleSet:
         """Whether a response with this status must be read and matched at all."""
         return status in self.index
 
-    def match(self, exchange: Exchange) -> Match | None:
+    def candidates(self, exchange: Exchange) -> tuple[Rule, ...]:
+        """The rules that can match ``exchange``, in rule order; the others are never tried."""
         status = exchange.status or 0
         bucket = self.prefiltered.get(status)
-        candidates: Sequence[Rule] = (
-            self.index.get(status, ()) if bucket is None else bucket.candidates(exchange.text)
-        )
-        present = present_paths(exchange.json)
-        for rule in candidates:
-            if rule.requires and any(present.isdisjoint(need) for need in rule.requires):
-                continue
+        hits = frozenset[int]() if bucket is None else bucket.prefilter.hits(exchange.text)
+        shape = (status, hits, present_paths(exchange.json))
+        known = self._shapes.get(shape)
+        if known is not None:
+            return known
+        bucketed = self.index.get(status, ()) if bucket is None else bucket.candidates(hits)
+        known = tuple(rule for rule in bucketed if _can_match(rule, shape[2]))
+        if len(self._shapes) >= _SHAPES_MAX:  # bodies keyed by ids, say: start over, stay small
+            self._shapes.clear()
+        self._shapes[shape] = known
+        return known
+
+    def match(self, exchange: Exchange) -> Match | None:
+        for rule in self.candidates(exchange):
             matched, found, _ = rule.test(exchange)
             if matched:
                 return Match(rule, found)

@@ -185,6 +185,36 @@ def test_only_rules_whose_body_regex_the_set_saw_are_tested(
     assert ran == tested
 
 
+def test_one_rule_set_tells_shapes_apart() -> None:
+    """Candidates are remembered per response shape: a body that hits another regex, or has
+    other keys, on the same status is matched afresh, and a shape met again gets its old answer."""
+    rules = [Rule.compile(r) for r in load_rule_text(_many_body_rules(100), "m.yaml", "m")]
+    rules += [Rule.compile(r) for r in load_rule_text(RULES, "t.yaml", "t")]
+    ruleset = RuleSet.build(rules)
+    bodies = [
+        ("nothing to see", "many.last"),
+        ("boom Marker0042Exception here", "many.r42"),
+        ('{"error": {"type": "x"}, "m": "Marker0007Exception"}', "many.r7"),
+        ("boom Marker0042Exception here", "many.r42"),
+        ('{"error": {"type": "x"}}', "many.last"),
+    ]
+    for body, rule in bodies:
+        match = ruleset.match(exchange(500, body))
+        assert (match.rule.id if match else None) == rule, body
+
+
+def test_the_memory_of_shapes_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bodies keyed by ids make a new shape each time: the memory starts over, answers hold."""
+    monkeypatch.setattr("proxy.ruleset._SHAPES_MAX", 4)
+    rules = ruleset()
+    for n in range(20):
+        body = f'{{"error": {{"type": "card_error"}}, "id{n}": 1}}'
+        match = rules.match(exchange(422, body))
+        assert match is not None
+        assert match.rule.id == "t.json"
+        assert len(rules._shapes) <= 4
+
+
 def test_a_query_upstream_data_cannot_answer_falls_through() -> None:
     """``length(errors)`` on ``{"errors": 5}`` fails that rule, not the request."""
     text = """\
@@ -244,16 +274,19 @@ rules:
 
 
 def test_skipping_rules_never_changes_the_winner() -> None:
-    """The status index, body prefilter and JSON key requirements only skip rules that fail."""
+    """The status index, body prefilter, JSON key requirements and the memory of shapes only
+    skip rules that fail."""
     rules = ruletest.Engines().get(success_rules=("*",)).routes["default"]
     checked = 0
-    for request, response in _corpus():
+    corpus = _corpus()
+    # twice, the second time backwards: shapes met before are answered from memory
+    for request, response in [*corpus, *reversed(corpus)]:
         ex = ruletest.exchange_for(request, response)
         brute = next((r.id for r in rules.rules if ex.status in r.statuses and r.test(ex)[0]), None)
         indexed = rules.match(ex)
         assert (indexed.rule.id if indexed else None) == brute, response
         checked += 1
-    assert checked > 400
+    assert checked > 800
 
 
 @pytest.mark.parametrize(

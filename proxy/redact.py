@@ -1151,10 +1151,12 @@ class Redactor:
 
     def _looks_random(self, token: str) -> bool:
         """A long high-entropy token of letters and digits: a key of a format we don't know."""
+        digits = sum(map(str.isdigit, token))
+        if digits < 2:  # both shapes below need digits; class names in stack traces stop here
+            return False
         if self._public_id.fullmatch(token):
             return False
-        digits = sum(c.isdigit() for c in token)
-        letters = sum(c.isalpha() for c in token)
+        letters = sum(map(str.isalpha, token))
         mixed_case = any(c.isupper() for c in token) and any(c.islower() for c in token)
         if len(token) >= 24 and mixed_case and digits >= 2:
             return _entropy(token) >= 3.6

@@ -160,6 +160,8 @@ def _can_match(rule: Rule, present: frozenset[str]) -> bool:
 
 #: Distinct response shapes remembered per rule set before the memory starts over.
 _SHAPES_MAX = 1024
+#: A body with more key paths than this is not remembered, so the memory stays a few MB at most.
+_SHAPE_PATHS_MAX = 64
 
 #: (status, prefilter hits, key paths present): what decides which rules a response can match.
 Shape = tuple[int, frozenset[int], frozenset[str]]
@@ -214,6 +216,8 @@ class RuleSet:
             return known
         bucketed = self.index.get(status, ()) if bucket is None else bucket.candidates(hits)
         known = tuple(rule for rule in bucketed if _can_match(rule, shape[2]))
+        if len(shape[2]) > _SHAPE_PATHS_MAX:  # a body that is a big map: not a shape, data
+            return known
         if len(self._shapes) >= _SHAPES_MAX:  # bodies keyed by ids, say: start over, stay small
             self._shapes.clear()
         self._shapes[shape] = known

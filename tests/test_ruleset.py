@@ -215,6 +215,17 @@ def test_the_memory_of_shapes_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> 
         assert len(rules._shapes) <= 4
 
 
+def test_a_body_with_many_keys_is_matched_but_not_remembered() -> None:
+    """A 200-key map is data, not a shape: it is matched like any body and not kept."""
+    rules = ruleset()
+    keys = ", ".join(f'"k{n}": {n}' for n in range(200))
+    body = f'{{"error": {{"type": "card_error"}}, {keys}}}'
+    match = rules.match(exchange(422, body))
+    assert match is not None
+    assert match.rule.id == "t.json"
+    assert rules._shapes == {}
+
+
 def test_a_query_upstream_data_cannot_answer_falls_through() -> None:
     """``length(errors)`` on ``{"errors": 5}`` fails that rule, not the request."""
     text = """\

@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 
 import proxy.app
+import proxy.evaluate
 from proxy.settings import Route
 from tests.conftest import StartMend, StartUpstream
 
@@ -431,8 +432,8 @@ async def test_graphql_errors_in_200_only_where_route_asks(
             upstream=url,
             success_rules=("test.graphql",),
             rules=(rules,),
-        ),  # type: ignore[arg-type]
-        Route(name="plain", prefix="/", upstream=url, rules=(rules,)),  # type: ignore[arg-type]
+        ),
+        Route(name="plain", prefix="/", upstream=url, rules=(rules,)),
     )
     mend = await start_mend(url, routes=routes)
     inspected = await mend.client.post("/graphql", json={"query": "{x}"})
@@ -499,7 +500,7 @@ async def test_a_bug_in_mend_still_gives_an_envelope(
     start_upstream: StartUpstream, start_mend: StartMend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An exception inside mend becomes PROXY_INTERNAL_ERROR, never a bare aiohttp 500 page."""
-    real = proxy.app.rewrite
+    real = proxy.evaluate.rewrite
     calls: list[int] = []
 
     def broken_once(*args: Any, **kwargs: Any) -> Any:

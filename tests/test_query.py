@@ -91,7 +91,7 @@ _json = st.recursive(
     max_leaves=12,
 )
 
-DOCUMENTS = [
+DOCUMENTS: list[Any] = [
     None,
     5,
     "text",

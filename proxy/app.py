@@ -467,6 +467,24 @@ class Proxy:
         self.log.info("request", **line)
         return response
 
+    def served_locally(
+        self, request: web.BaseRequest, response: web.Response, started: float
+    ) -> web.Response:
+        """A response mend made itself (a catalog page), with a request id and its log line."""
+        rid = request_id(request.headers)
+        response.headers["X-Request-ID"] = rid
+        self.log.info(
+            "request",
+            request_id=rid,
+            route="none",
+            method=request.method,
+            path=request.path,
+            status=response.status,
+            outcome="catalog",
+            latency_ms=round((time.perf_counter() - started) * 1000, 3),
+        )
+        return response
+
     async def close(self) -> None:
         await self.upstreams.close()
 
@@ -487,9 +505,10 @@ class MendServer(web.Server):
 
     async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
         if request.path.startswith(CATALOG_BASE):
+            started = time.perf_counter()
             page = await self.catalog(request)
             if page is not None:
-                return page
+                return self.proxy.served_locally(request, page, started)
         return await self.proxy.handle(request)
 
     async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (aiohttp API)

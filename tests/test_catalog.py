@@ -223,3 +223,31 @@ async def test_only_the_catalog_pages_are_mends(
     resp = await mend.client.request(method, path, headers={"Accept": "application/json"})
     assert resp.status == 200
     assert seen == ([] if served_by_mend else [f"{method} {path}"])
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "sent_id"),
+    [
+        ("/_mend/errors", 200, None),
+        ("/_mend/errors/RATE_LIMITED", 200, "agent-7"),
+        ("/_mend/errors/NO_SUCH_CODE", 404, None),
+    ],
+)
+async def test_a_catalog_page_is_logged_like_any_request(
+    start_upstream: StartUpstream,
+    start_mend: StartMend,
+    path: str,
+    status: int,
+    sent_id: str | None,
+) -> None:
+    """A page mend answers itself still gets its one log line and the request id header."""
+    mend = await start_mend(await start_upstream({}))
+    headers = {"Accept": "application/json"} | ({"X-Request-ID": sent_id} if sent_id else {})
+    resp = await mend.client.get(path, headers=headers)
+    assert resp.status == status
+    [line] = mend.log_lines()
+    assert line["request_id"] == resp.headers["X-Request-ID"]
+    if sent_id:
+        assert line["request_id"] == sent_id
+    assert (line["path"], line["status"], line["outcome"]) == (path, status, "catalog")
+    assert line["latency_ms"] >= 0

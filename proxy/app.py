@@ -23,7 +23,7 @@ from yarl import URL
 from proxy import body as bodies
 from proxy.build import BuildOptions
 from proxy.catalog import BASE as CATALOG_BASE
-from proxy.catalog import CatalogPages, catalog_pages
+from proxy.catalog import Catalog, catalog_pages
 from proxy.engine import Engine, RuleStore
 from proxy.envelope import Envelope
 from proxy.evaluate import agent_redactor, rewrite
@@ -473,6 +473,7 @@ class Proxy:
         """A response mend made itself (a catalog page), with a request id and its log line."""
         rid = request_id(request.headers)
         response.headers["X-Request-ID"] = rid
+        response.headers["Server"] = "mend"  # as on envelopes: no "Python/x aiohttp/y" banner
         self.log.info(
             "request",
             request_id=rid,
@@ -498,15 +499,16 @@ class MendServer(web.Server):
     proxy. Non-GET requests and other paths under ``/_mend/`` are the upstream's, as before.
     """
 
-    def __init__(self, proxy: Proxy, catalog: CatalogPages, **kwargs: Any) -> None:
+    def __init__(self, proxy: Proxy, catalog: Catalog, **kwargs: Any) -> None:
         super().__init__(self._dispatch, **kwargs)
         self.proxy = proxy
         self.catalog = catalog
+        self.pages = catalog_pages(catalog)
 
     async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
         if request.path.startswith(CATALOG_BASE):
             started = time.perf_counter()
-            page = await self.catalog(request)
+            page = await self.pages(request)
             if page is not None:
                 return self.proxy.served_locally(request, page, started)
         return await self.proxy.handle(request)
@@ -529,5 +531,7 @@ def create_app(
     store = RuleStore(settings, engine or Engine.load(settings), on_reload=[metrics.reloaded])
     metrics.reloaded(True, store.engine.rule_count)
     proxy = Proxy(settings, store, metrics, logger or make_logger(), agent_redactor())
+    catalog = Catalog(store)
+    store.on_reload.append(catalog.refresh)
     # mend writes its own access log line (``Proxy._finish``); aiohttp's would be a second one
-    return MendServer(proxy, catalog_pages(store), access_log=None, max_field_size=16384)
+    return MendServer(proxy, catalog, access_log=None, max_field_size=16384)

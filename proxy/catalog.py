@@ -162,9 +162,19 @@ class Catalog:
     def entries(self) -> dict[str, dict[str, Any]]:
         engine = self.store.engine
         if engine is not self._engine:
+            # entries before engine: a reader that sees the new engine sees its entries
             self._entries = entries(engine.rules, engine.own, self.docs_base_url)
             self._engine = engine
         return self._entries
+
+    def refresh(self, ok: bool, rules: int) -> None:
+        """A reload listener: build the new engine's catalog in the reloading thread.
+
+        Built on first request instead, it held the event loop for about 0.3 s (every example
+        envelope of ~240 rules), and every proxied request with it.
+        """
+        if ok:
+            self.entries()
 
 
 # --- rendering ----------------------------------------------------------------------------------
@@ -295,12 +305,11 @@ _PAGE_METHODS = frozenset({"GET", "HEAD"})
 CatalogPages = Callable[[web.BaseRequest], Awaitable[web.Response | None]]
 
 
-def catalog_pages(store: _Store, docs_base_url: str | None = None) -> CatalogPages:
+def catalog_pages(catalog: Catalog) -> CatalogPages:
     """The catalog's pages: GET or HEAD of ``BASE`` and ``BASE/{code}``; ``None`` for all else.
 
-    Links are relative unless ``public_url`` (or the argument) says otherwise.
+    Links are relative unless ``public_url`` (or the catalog's ``docs_base_url``) says otherwise.
     """
-    catalog = Catalog(store, docs_base_url)
 
     def index(as_html: bool) -> web.Response:
         found = catalog.entries()

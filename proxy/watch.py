@@ -28,8 +28,8 @@ from proxy.engine import Engine, RuleStore
 from proxy.rulefile import RuleError
 from proxy.settings import Settings
 
-#: One reload at a time (watcher and admin reload off the loop, SIGHUP on it): two overlapping
-#: loads could otherwise finish out of order and leave the older files' rules in force.
+#: One reload at a time (the watcher, the admin port and SIGHUP each reload in a thread): two
+#: overlapping loads could otherwise finish out of order and leave the older files' rules in force.
 _RELOADING = threading.Lock()
 
 Signature = tuple[int, int, int, int]

@@ -173,6 +173,26 @@ async def test_reload_shows_in_the_catalog(catalog: TestClient[Any, Any], tmp_pa
     assert entry["rules"][0]["id"] == "orders.teapot"
 
 
+async def test_a_reload_builds_the_catalog_before_anyone_asks(
+    catalog: TestClient[Any, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reload builds the new catalog; a page after it only reads it (building it on the
+    request held the event loop, and every proxied request, for a third of a second)."""
+    (tmp_path / "orders.yaml").write_text(
+        ORDERS + "  - id: orders.teapot\n    when: {status: 418}\n"
+        "    envelope: {code: TEAPOT, category: validation}\n"
+    )
+    assert isinstance(catalog.server, MendTestServer)
+    catalog.server.mend.proxy.store.reload()
+
+    def built_on_request(*_: Any, **__: Any) -> Any:
+        raise AssertionError("catalog built on a request")
+
+    monkeypatch.setattr("proxy.catalog.entries", built_on_request)
+    entry = await get_json(catalog, "/_mend/errors/TEAPOT")
+    assert entry["rules"][0]["id"] == "orders.teapot"
+
+
 @pytest.mark.parametrize(
     ("accept", "html_wanted"),
     [
@@ -247,6 +267,7 @@ async def test_a_catalog_page_is_logged_like_any_request(
     assert resp.status == status
     [line] = mend.log_lines()
     assert line["request_id"] == resp.headers["X-Request-ID"]
+    assert resp.headers["Server"] == "mend"
     if sent_id:
         assert line["request_id"] == sent_id
     assert (line["path"], line["status"], line["outcome"]) == (path, status, "catalog")

@@ -160,10 +160,10 @@ def _can_match(rule: Rule, present: frozenset[str]) -> bool:
 
 #: Distinct response shapes remembered per rule set before the memory starts over.
 _SHAPES_MAX = 1024
-#: A body with more key paths than this is not remembered, so the memory stays a few MB at most.
-_SHAPE_PATHS_MAX = 64
 
-#: (status, prefilter hits, key paths present): what decides which rules a response can match.
+#: (status, prefilter hits, the key paths present that a rule for the status requires): what
+#: decides which rules a response can match. Only paths the rules name: a body's own keys
+#: (field names an agent chose, ids) would make every response a new shape, and a large one.
 Shape = tuple[int, frozenset[int], frozenset[str]]
 
 
@@ -179,6 +179,8 @@ class RuleSet:
     #: the candidate rules per response shape: an API answers with a handful of error shapes,
     #: so walking the status bucket to drop rules that cannot match is done once per shape
     _shapes: dict[Shape, tuple[Rule, ...]] = field(default_factory=dict, compare=False)
+    #: per status, every key path some rule indexed under it requires
+    _required: dict[int, frozenset[str]] = field(default_factory=dict, compare=False)
 
     @classmethod
     def build(cls, rules: Iterable[Rule], success_rules: Sequence[str] = ()) -> RuleSet:
@@ -199,7 +201,11 @@ class RuleSet:
                 if ids not in shared:  # statuses of one class share their rules, so one set
                     shared[ids] = BodyPrefilter(bucket)
                 prefiltered[status] = _Bucket.build(bucket, shared[ids])
-        return cls(ordered, buckets, prefiltered)
+        required = {
+            status: frozenset(path for rule in bucket for need in rule.requires for path in need)
+            for status, bucket in buckets.items()
+        }
+        return cls(ordered, buckets, prefiltered, _required=required)
 
     def inspects(self, status: int) -> bool:
         """Whether a response with this status must be read and matched at all."""
@@ -210,14 +216,14 @@ class RuleSet:
         status = exchange.status or 0
         bucket = self.prefiltered.get(status)
         hits = frozenset[int]() if bucket is None else bucket.prefilter.hits(exchange.text)
-        shape = (status, hits, present_paths(exchange.json))
+        required = self._required.get(status)
+        present = present_paths(exchange.json) & required if required else frozenset[str]()
+        shape = (status, hits, present)
         known = self._shapes.get(shape)
         if known is not None:
             return known
         bucketed = self.index.get(status, ()) if bucket is None else bucket.candidates(hits)
-        known = tuple(rule for rule in bucketed if _can_match(rule, shape[2]))
-        if len(shape[2]) > _SHAPE_PATHS_MAX:  # a body that is a big map: not a shape, data
-            return known
+        known = tuple(rule for rule in bucketed if _can_match(rule, present))
         if len(self._shapes) >= _SHAPES_MAX:  # bodies keyed by ids, say: start over, stay small
             self._shapes.clear()
         self._shapes[shape] = known

@@ -13,7 +13,9 @@ by ``Accept``; the HTML escapes every value, since rule text is operator input.
 
 from __future__ import annotations
 
+import contextlib
 import html
+import threading
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import PurePath
 from typing import Any, Protocol
@@ -150,31 +152,52 @@ def _statuses(codes: frozenset[int]) -> str:
 
 
 class Catalog:
-    """The catalog of the engine in force, rebuilt only when a reload swapped the engine."""
+    """The catalog of the engine in force, rebuilt only when a reload swapped the engine.
+
+    Reloads build it in their thread (``refresh``); a page request on the event loop that finds
+    a build under way serves the previous catalog rather than wait for it.
+    """
 
     def __init__(self, store: _Store, docs_base_url: str | None = None) -> None:
         self.store = store
         base = store.settings.public_url if docs_base_url is None else docs_base_url
         self.docs_base_url = (base or "").rstrip("/")
-        self._engine: Any = None
-        self._entries: dict[str, dict[str, Any]] = {}
+        # engine and its entries in one value: two builders can never leave them mismatched
+        self._built: tuple[Any, dict[str, dict[str, Any]]] | None = None
+        self._building = threading.Lock()
 
-    def entries(self) -> dict[str, dict[str, Any]]:
-        engine = self.store.engine
-        if engine is not self._engine:
-            # entries before engine: a reader that sees the new engine sees its entries
-            self._entries = entries(engine.rules, engine.own, self.docs_base_url)
-            self._engine = engine
-        return self._entries
+    def entries(self, wait: bool = True) -> dict[str, dict[str, Any]]:
+        """The entries of the engine in force; with ``wait=False``, the previous ones while
+        another thread builds them."""
+        built = self._built
+        if built is not None and built[0] is self.store.engine:
+            return built[1]
+        if not self._building.acquire(blocking=wait or built is None):
+            assert built is not None
+            return built[1]
+        try:
+            engine = self.store.engine
+            built = self._built
+            if built is None or built[0] is not engine:
+                built = self._built = (
+                    engine,
+                    entries(engine.rules, engine.own, self.docs_base_url),
+                )
+            return built[1]
+        finally:
+            self._building.release()
 
     def refresh(self, ok: bool, rules: int) -> None:
         """A reload listener: build the new engine's catalog in the reloading thread.
 
         Built on first request instead, it held the event loop for about 0.3 s (every example
-        envelope of ~240 rules), and every proxied request with it.
+        envelope of ~240 rules), and every proxied request with it. A failure here must not
+        fail the reload, which has already swapped the rules in; the page that next asks
+        builds again and reports it.
         """
         if ok:
-            self.entries()
+            with contextlib.suppress(Exception):
+                self.entries()
 
 
 # --- rendering ----------------------------------------------------------------------------------
@@ -312,7 +335,7 @@ def catalog_pages(catalog: Catalog) -> CatalogPages:
     """
 
     def index(as_html: bool) -> web.Response:
-        found = catalog.entries()
+        found = catalog.entries(wait=False)
         if as_html:
             return web.Response(text=index_html(found), content_type="text/html")
         return web.Response(
@@ -321,7 +344,7 @@ def catalog_pages(catalog: Catalog) -> CatalogPages:
         )
 
     def one(code: str, as_html: bool) -> web.Response:
-        found = catalog.entries()
+        found = catalog.entries(wait=False)
         entry = found.get(code)
         if entry is None:
             if as_html:

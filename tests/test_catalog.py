@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from proxy.app import create_app
 from proxy.catalog import wants_html
+from proxy.engine import Engine
 from proxy.logs import make_logger
 from proxy.settings import Route, Settings
 from tests.conftest import MendTestServer, StartMend, StartUpstream
@@ -191,6 +192,45 @@ async def test_a_reload_builds_the_catalog_before_anyone_asks(
     monkeypatch.setattr("proxy.catalog.entries", built_on_request)
     entry = await get_json(catalog, "/_mend/errors/TEAPOT")
     assert entry["rules"][0]["id"] == "orders.teapot"
+
+
+TEAPOT = (
+    "  - id: orders.teapot\n    when: {status: 418}\n"
+    "    envelope: {code: TEAPOT, category: validation}\n"
+)
+
+
+async def test_a_page_during_a_build_gets_the_catalog_before_it(
+    catalog: TestClient[Any, Any], tmp_path: Path
+) -> None:
+    """While a reload's thread builds the new catalog, a page does not wait on the event loop
+    (holding every proxied request): it is served the catalog in force before the reload."""
+    assert isinstance(catalog.server, MendTestServer)
+    mend = catalog.server.mend
+    assert (await catalog.get("/_mend/errors/TEAPOT")).status == 404
+    (tmp_path / "orders.yaml").write_text(ORDERS + TEAPOT)
+    with mend.catalog._building:  # a build under way in another thread
+        mend.proxy.store.engine = Engine.load(mend.proxy.store.settings)
+        assert (await catalog.get("/_mend/errors/TEAPOT")).status == 404
+    assert (await catalog.get("/_mend/errors/TEAPOT")).status == 200
+
+
+async def test_a_catalog_that_fails_to_build_does_not_fail_the_reload(
+    catalog: TestClient[Any, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reload has swapped the rules in when the catalog is built: its failure is the
+    catalog's, reported by the page that asks next, not the reload's."""
+    assert isinstance(catalog.server, MendTestServer)
+    store = catalog.server.mend.proxy.store
+    (tmp_path / "orders.yaml").write_text(ORDERS + TEAPOT)
+
+    def broken(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("catalog bug")
+
+    monkeypatch.setattr("proxy.catalog.entries", broken)
+    engine = store.reload()
+    assert store.engine is engine
+    assert any(rule.id == "orders.teapot" for rule in engine.rules)
 
 
 @pytest.mark.parametrize(

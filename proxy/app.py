@@ -123,13 +123,7 @@ class Proxy:
         rid = request_id(request.headers)
         runtime = self._route_for(request.path)
         route_name = runtime.route.name if runtime else "none"
-        exchange = Exchange(
-            method=request.method,
-            path=request.path,
-            route=route_name,
-            request_id=rid,
-            request_headers=request.headers,
-        )
+        exchange = _exchange(request, rid, route_name)
         upstream_s: float | None = None
         try:
             if request.method == "CONNECT" or not request.raw_path.startswith("/"):
@@ -444,16 +438,7 @@ class Proxy:
         per_route = self.metrics.for_route(exchange.route)
         per_route.outcome(outcome).inc()
         per_route.request_duration.observe(elapsed)
-        # only the fields this request has: every keyword passes through structlog's layers
-        line: dict[str, Any] = {
-            "request_id": exchange.request_id,
-            "route": exchange.route,
-            "method": exchange.method,
-            "path": exchange.path,
-            "status": response.status,
-            "outcome": outcome,
-            "latency_ms": round(elapsed * 1000, 3),
-        }
+        line = _log_line(exchange, response.status, outcome, elapsed)
         if exchange.status is not None:
             line["upstream_status"] = exchange.status
         if upstream_s is not None:
@@ -471,23 +456,39 @@ class Proxy:
         self, request: web.BaseRequest, response: web.Response, started: float
     ) -> web.Response:
         """A response mend made itself (a catalog page), with a request id and its log line."""
-        rid = request_id(request.headers)
-        response.headers["X-Request-ID"] = rid
+        exchange = _exchange(request, request_id(request.headers), "none")
+        response.headers["X-Request-ID"] = exchange.request_id
         response.headers["Server"] = "mend"  # as on envelopes: no "Python/x aiohttp/y" banner
-        self.log.info(
-            "request",
-            request_id=rid,
-            route="none",
-            method=request.method,
-            path=request.path,
-            status=response.status,
-            outcome="catalog",
-            latency_ms=round((time.perf_counter() - started) * 1000, 3),
-        )
+        elapsed = time.perf_counter() - started
+        self.log.info("request", **_log_line(exchange, response.status, "catalog", elapsed))
         return response
 
     async def close(self) -> None:
         await self.upstreams.close()
+
+
+def _exchange(request: web.BaseRequest, rid: str, route: str) -> Exchange:
+    return Exchange(
+        method=request.method,
+        path=request.path,
+        route=route,
+        request_id=rid,
+        request_headers=request.headers,
+    )
+
+
+def _log_line(exchange: Exchange, status: int, outcome: str, elapsed: float) -> dict[str, Any]:
+    """The fields every request's log line has; callers add only those their request has, since
+    every keyword passes through structlog's layers."""
+    return {
+        "request_id": exchange.request_id,
+        "route": exchange.route,
+        "method": exchange.method,
+        "path": exchange.path,
+        "status": status,
+        "outcome": outcome,
+        "latency_ms": round(elapsed * 1000, 3),
+    }
 
 
 class MendServer(web.Server):

@@ -6,6 +6,7 @@ Successes never leave the streaming branch; only responses a rule set inspects a
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 import time
@@ -24,6 +25,7 @@ from proxy import body as bodies
 from proxy.build import BuildOptions
 from proxy.catalog import BASE as CATALOG_BASE
 from proxy.catalog import Catalog, catalog_pages
+from proxy.connection import AgentServer
 from proxy.engine import Engine, RuleStore
 from proxy.envelope import Envelope
 from proxy.evaluate import agent_redactor, rewrite
@@ -32,6 +34,7 @@ from proxy.failures import (
     ForwardProxyRefused,
     ProxyBug,
     ProxyFailure,
+    RequestTimeout,
     RequestTooLarge,
     RouteNotFound,
     UpstreamResponseTooLarge,
@@ -45,6 +48,7 @@ from proxy.render import Negotiator, Rendering, render, safe_header_value
 from proxy.request_id import request_id
 from proxy.ruleset import Match
 from proxy.settings import Route, Settings
+from proxy.target import Origin, upstream_target
 
 #: Upstream headers an agent needs to act on an envelope; all others are dropped from envelopes.
 KEPT_ON_ENVELOPES = re.compile(
@@ -61,9 +65,9 @@ _STARTED: web.RequestKey[bool] = web.RequestKey("mend.response_started", bool)
 @dataclass(frozen=True, slots=True)
 class RouteRuntime:
     route: Route
-    origin: str
-    base_path: str
+    origin: Origin
     upstream_host: str | None
+    timeout: aiohttp.ClientTimeout
 
 
 class Proxy:
@@ -80,7 +84,7 @@ class Proxy:
         self.metrics = metrics
         self.log = logger
         self.redactor = redactor
-        self.upstreams = Upstreams()
+        self.upstreams = Upstreams(max_interim_responses=settings.max_interim_responses)
         self.negotiator = Negotiator()
         self.repeats = RepeatTracker()
         self.options = BuildOptions(
@@ -94,21 +98,19 @@ class Proxy:
             key=lambda rt: len(rt.route.prefix),
             reverse=True,
         )
-        self.timeouts = {
-            rt.route.name: aiohttp.ClientTimeout(
-                total=None, sock_connect=rt.route.connect_timeout, sock_read=rt.route.read_timeout
-            )
-            for rt in self.routes
-        }
 
     @staticmethod
     def _runtime(route: Route) -> RouteRuntime:
         url = URL(route.upstream)
-        origin = str(url.origin())
         host = url.host if url.is_default_port() else f"{url.host}:{url.port}"
-        return RouteRuntime(route, origin, url.path.rstrip("/"), host)
+        # to the response headers once the request is sent; between body bytes, see _stream
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=route.connect_timeout, sock_read=route.read_timeout
+        )
+        return RouteRuntime(route, Origin.parse(route.upstream), host, timeout)
 
     def _route_for(self, path: str) -> RouteRuntime | None:
+        """The route whose prefix starts the raw (still percent-encoded) path, longest first."""
         for runtime in self.routes:
             prefix = runtime.route.prefix
             if path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/"):
@@ -121,7 +123,7 @@ class Proxy:
         response: web.StreamResponse
         started = time.perf_counter()
         rid = request_id(request.headers)
-        runtime = self._route_for(request.path)
+        runtime = self._route_for(request.rel_url.raw_path)
         route_name = runtime.route.name if runtime else "none"
         exchange = _exchange(request, rid, route_name)
         upstream_s: float | None = None
@@ -130,10 +132,12 @@ class Proxy:
                 raise ForwardProxyRefused("absolute-form or CONNECT request target")
             if runtime is None:
                 raise RouteNotFound(request.path)
+            route = runtime.route
+            target = upstream_target(request.raw_path, route.prefix, route.strip_prefix)
             self._check_request_size(request)
             # 1. forward
             with upstream_errors():
-                upstream = await self._forward(request, runtime, rid)
+                upstream = await self._forward(request, runtime, target, rid)
             upstream_s = time.perf_counter() - started
             self.metrics.for_route(route_name).upstream_duration.observe(upstream_s)
         except ProxyFailure as failure:
@@ -145,7 +149,7 @@ class Proxy:
             ruleset = self.store.engine.routes[route_name]
             # 2. classify: successes stream through untouched unless the route inspects them
             if not ruleset.inspects(upstream.status):
-                response = await self._stream(request, upstream, b"")
+                response = await self._stream(request, runtime, upstream, b"")
                 return await self._finish(
                     request, exchange, response, started, upstream_s, "passthrough"
                 )
@@ -157,9 +161,11 @@ class Proxy:
                 if is_success
                 else self.settings.error_body_max_bytes
             )
-            raw, complete = await self._read_capped(upstream, limit)
+            raw, complete = await self._read_capped(
+                upstream, limit, runtime.route.error_body_timeout
+            )
             if is_success and not complete:
-                response = await self._stream(request, upstream, raw)
+                response = await self._stream(request, runtime, upstream, raw)
                 return await self._finish(
                     request, exchange, response, started, upstream_s, "passthrough"
                 )
@@ -209,23 +215,30 @@ class Proxy:
         if limit is not None and length is not None and length > limit:
             raise RequestTooLarge(f"Content-Length {length} > {limit}", limit=limit)
 
-    async def _limited(self, request: web.BaseRequest, limit: int) -> AsyncIterator[bytes]:
+    async def _body(self, request: web.BaseRequest) -> AsyncIterator[bytes]:
+        """The agent's body as it arrives: a pause over ``client_body_timeout`` or more than
+        ``request_body_max_bytes`` ends it (and with it the upstream request it was feeding)."""
+        limit = self.settings.request_body_max_bytes
+        idle = self.settings.client_body_timeout
+        content = request.content
         seen = 0
-        async for chunk in request.content.iter_any():
+        while True:
+            try:
+                async with asyncio.timeout(idle):
+                    chunk = await content.readany()
+            except TimeoutError:
+                raise RequestTimeout(f"no request body byte for {idle:g} s") from None
+            if not chunk:
+                return
             seen += len(chunk)
-            if seen > limit:
+            if limit is not None and seen > limit:
                 raise RequestTooLarge(f"body over {limit} bytes", limit=limit)
             yield chunk
 
     async def _forward(
-        self, request: web.BaseRequest, runtime: RouteRuntime, rid: str
+        self, request: web.BaseRequest, runtime: RouteRuntime, target: str, rid: str
     ) -> aiohttp.ClientResponse:
         route = runtime.route
-        path = request.raw_path
-        if route.strip_prefix and route.prefix != "/":
-            path = path[len(route.prefix.rstrip("/")) :] or "/"
-            if not path.startswith(("/", "?")):
-                path = "/" + path
         headers = upstream_request_headers(
             request.headers,
             request_id=rid,
@@ -235,24 +248,29 @@ class Proxy:
             upstream_host=runtime.upstream_host,
             preserve_host=route.preserve_host,
         )
-        data: Any = None
-        if request.body_exists:
-            limit = self.settings.request_body_max_bytes
-            data = request.content if limit is None else self._limited(request, limit)
-        session = self.upstreams.session(runtime.origin)
+        session = self.upstreams.session(route.name, route.read_timeout)
         return await session.request(
             request.method,
-            URL(runtime.base_path + path, encoded=True),
+            runtime.origin.url(target),
             headers=headers,
-            data=data,
+            data=self._body(request) if request.body_exists else None,
             allow_redirects=False,
-            timeout=self.timeouts[route.name],
+            timeout=runtime.timeout,
         )
 
     async def _stream(
-        self, request: web.BaseRequest, upstream: aiohttp.ClientResponse, head: bytes
+        self,
+        request: web.BaseRequest,
+        runtime: RouteRuntime,
+        upstream: aiohttp.ClientResponse,
+        head: bytes,
     ) -> web.StreamResponse:
-        """Pass a response through as it arrives: status, end-to-end headers, bytes."""
+        """Pass a response through as it arrives: status, end-to-end headers, bytes.
+
+        From here on the upstream may pause up to the route's ``idle_timeout`` between bytes
+        (an SSE stream, a long-poll), not the ``read_timeout`` that bounded its headers.
+        """
+        _idle_timeout(upstream, runtime.route.idle_timeout)
         limit = self.settings.response_body_max_bytes
         if limit is not None and (upstream.content_length or 0) > limit:
             raise UpstreamResponseTooLarge(f"Content-Length {upstream.content_length} > {limit}")
@@ -300,15 +318,19 @@ class Proxy:
         )
 
     @staticmethod
-    async def _read_capped(upstream: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
-        """Up to ``limit`` bytes, and whether that was the whole body."""
+    async def _read_capped(
+        upstream: aiohttp.ClientResponse, limit: int, deadline_s: float
+    ) -> tuple[bytes, bool]:
+        """Up to ``limit`` bytes, and whether that was the whole body, within ``deadline_s``:
+        an upstream dripping a byte a second resets every per-read timer, not this one."""
         buf = bytearray()
         with upstream_errors():
-            while len(buf) <= limit:
-                chunk = await upstream.content.read(limit + 1 - len(buf))
-                if not chunk:
-                    return bytes(buf), True
-                buf += chunk
+            async with asyncio.timeout(deadline_s):
+                while len(buf) <= limit:
+                    chunk = await upstream.content.read(limit + 1 - len(buf))
+                    if not chunk:
+                        return bytes(buf), True
+                    buf += chunk
         return bytes(buf[:limit]), False
 
     # --- envelopes ------------------------------------------------------------------------------
@@ -381,12 +403,12 @@ class Proxy:
         started: float,
         upstream_s: float | None,
     ) -> web.StreamResponse:
-        response, envelope = await self._failure(request, exchange, runtime, failure)
+        response, envelope = self._failure(request, exchange, runtime, failure)
         return await self._finish(
             request, exchange, response, started, upstream_s, "proxy_failure", envelope, failure
         )
 
-    async def _failure(
+    def _failure(
         self,
         request: web.BaseRequest,
         exchange: Exchange,
@@ -434,6 +456,28 @@ class Proxy:
             await response.write_eof()
         except ConnectionError:
             pass
+        self._observe(exchange, response, started, upstream_s, outcome, envelope, failure)
+        return response
+
+    def refuse(self, request: web.BaseRequest, failure: ProxyFailure) -> web.StreamResponse:
+        """The envelope for a request mend refuses before proxying it (malformed, over a limit),
+        logged and counted; the caller sends it."""
+        started = time.perf_counter()
+        exchange = _exchange(request, request_id(request.headers), "none")
+        response, envelope = self._failure(request, exchange, None, failure)
+        self._observe(exchange, response, started, None, "proxy_failure", envelope, failure)
+        return response
+
+    def _observe(
+        self,
+        exchange: Exchange,
+        response: web.StreamResponse,
+        started: float,
+        upstream_s: float | None,
+        outcome: str,
+        envelope: Envelope | None,
+        failure: ProxyFailure | None,
+    ) -> None:
         elapsed = time.perf_counter() - started
         per_route = self.metrics.for_route(exchange.route)
         per_route.outcome(outcome).inc()
@@ -450,7 +494,6 @@ class Proxy:
         if failure is not None:
             line["failure"] = str(failure)
         self.log.info("request", **line)
-        return response
 
     def served_locally(
         self, request: web.BaseRequest, response: web.Response, started: float
@@ -465,6 +508,15 @@ class Proxy:
 
     async def close(self) -> None:
         await self.upstreams.close()
+
+
+def _idle_timeout(upstream: aiohttp.ClientResponse, seconds: float) -> None:
+    """Let the upstream pause ``seconds`` between body bytes from now on (aiohttp's sock_read
+    timer, which bounded the wait for the headers, is rearmed with the new value)."""
+    connection = upstream.connection
+    if connection is not None and connection.protocol is not None:
+        connection.protocol.read_timeout = seconds
+        connection.protocol.start_timeout()
 
 
 def _exchange(request: web.BaseRequest, rid: str, route: str) -> Exchange:
@@ -491,7 +543,7 @@ def _log_line(exchange: Exchange, status: int, outcome: str, elapsed: float) -> 
     }
 
 
-class MendServer(web.Server):
+class MendServer(AgentServer):
     """The agent port: the error catalog's pages, and every other request proxied.
 
     aiohttp's low-level server rather than an ``Application``: an application's router,
@@ -501,12 +553,26 @@ class MendServer(web.Server):
     """
 
     def __init__(self, proxy: Proxy, catalog: Catalog, **kwargs: Any) -> None:
-        super().__init__(self._dispatch, **kwargs)
+        settings = proxy.settings
+        super().__init__(
+            self._dispatch,
+            refuse=proxy.refuse,
+            header_timeout=settings.client_header_timeout,
+            max_connections=settings.max_connections,
+            max_per_client=settings.max_connections_per_client,
+            keepalive_timeout=settings.keepalive_timeout,
+            max_line_size=settings.max_request_line,
+            max_field_size=settings.max_header_size,
+            max_headers=settings.max_headers,
+            **kwargs,
+        )
         self.proxy = proxy
         self.catalog = catalog
         self.pages = catalog_pages(catalog)
 
     async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
+        if (refused := self.too_many(request)) is not None:
+            return refused
         if request.path.startswith(CATALOG_BASE):
             started = time.perf_counter()
             page = await self.pages(request)
@@ -535,4 +601,4 @@ def create_app(
     catalog = Catalog(store)
     store.on_reload.append(catalog.refresh)
     # mend writes its own access log line (``Proxy._finish``); aiohttp's would be a second one
-    return MendServer(proxy, catalog, access_log=None, max_field_size=16384)
+    return MendServer(proxy, catalog, access_log=None)

@@ -51,6 +51,40 @@ class ForwardProxyRefused(ProxyFailure):
     upstream = False
 
 
+class TargetRefused(ProxyFailure):
+    """A request target whose dot segments could leave the route's base path."""
+
+    rule, reason, status = "proxy.invalid_request_target", "bad_target", 400
+    upstream = False
+
+
+class RequestTimeout(ProxyFailure):
+    """The agent paused longer than the body timeout while sending its request body."""
+
+    rule, reason, status = "proxy.request_timeout", "request_timeout", 408
+    upstream = False
+
+
+class TooManyConnections(ProxyFailure):
+    rule, reason, status = "proxy.too_many_connections", "too_many_connections", 503
+    upstream = False
+
+
+class MalformedRequest(ProxyFailure):
+    """A request aiohttp's parser refused; ``status`` is 400, 414 or 431."""
+
+    rule, reason, status = "proxy.malformed_request", "malformed_request", 400
+    upstream = False
+
+
+class UriTooLong(MalformedRequest):
+    rule, reason, status = "proxy.uri_too_long", "uri_too_long", 414
+
+
+class HeadersTooLarge(MalformedRequest):
+    rule, reason, status = "proxy.headers_too_large", "headers_too_large", 431
+
+
 class RouteNotFound(ProxyFailure):
     rule, reason, status = "proxy.route_not_found", "no_route", 404
     upstream = False
@@ -80,6 +114,10 @@ class upstream_errors:  # lower case: used as ``with upstream_errors():``, like 
     ) -> None:
         if exc is None or isinstance(exc, ProxyFailure):
             return
+        if isinstance(exc.__cause__, ProxyFailure):
+            # the request body's reader failed (too large, too slow) inside aiohttp's writer task,
+            # which wraps what it caught: the agent's failure, not the upstream's
+            raise exc.__cause__ from exc
         if isinstance(exc, TimeoutError):  # aiohttp's connect and read timeouts included
             raise UpstreamTimeout(type(exc).__name__) from exc
         if isinstance(exc, aiohttp.ClientConnectorError):

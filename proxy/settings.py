@@ -44,8 +44,14 @@ class Route(_Model):
     force_rendering: bool = False
     status: Literal["upstream", 200] = "upstream"
     success_rules: tuple[str, ...] = ()
+    #: seconds to open a connection to the upstream (Envoy's ``connect_timeout``, 5 s)
     connect_timeout: float = Field(5.0, gt=0)
-    read_timeout: float = Field(30.0, gt=0)
+    #: seconds, once the request is sent, to the response headers (nginx ``proxy_read_timeout``)
+    read_timeout: float = Field(60.0, gt=0)
+    #: seconds between two bytes of a response body (Envoy's ``stream_idle_timeout``, 5 min)
+    idle_timeout: float = Field(300.0, gt=0)
+    #: seconds to read a whole error body (or a success peek) that a rule set inspects
+    error_body_timeout: float = Field(30.0, gt=0)
     preserve_host: bool = False
 
     @field_validator("prefix")
@@ -81,6 +87,27 @@ class Settings(_Model):
     response_body_max_bytes: int | None = Field(None, gt=0)
     watch_rules: bool = True
     workers: int = Field(1, ge=1)
+    # --- agent connections: every wait bounded, every table capped (README "Limits") ---------
+    #: seconds for a client to send a whole request head (nginx ``client_header_timeout``)
+    client_header_timeout: float = Field(60.0, gt=0)
+    #: seconds between two reads of a request body (nginx ``client_body_timeout``)
+    client_body_timeout: float = Field(60.0, gt=0)
+    #: seconds an idle keep-alive connection stays open (nginx ``keepalive_timeout``)
+    keepalive_timeout: float = Field(75.0, gt=0)
+    #: open agent connections per process; past it, a 503 envelope and the connection closed
+    max_connections: int = Field(4096, gt=0)
+    #: open connections per client address (None: no per-client limit)
+    max_connections_per_client: int | None = Field(None, gt=0)
+    #: bytes of a request line (Envoy: 60 KiB of request headers, request line included)
+    max_request_line: int = Field(64 << 10, ge=1024)
+    #: bytes of one request header field
+    max_header_size: int = Field(64 << 10, ge=1024)
+    #: request header fields (Envoy's ``max_headers_count``, 100)
+    max_headers: int = Field(100, ge=8)
+    #: 1xx interim responses an upstream may send before its final response
+    max_interim_responses: int = Field(8, ge=1)
+    #: seconds to finish requests in flight after SIGTERM, all workers together
+    shutdown_timeout: float = Field(25.0, gt=0)
 
     @field_validator("listen", "admin_listen")
     @classmethod

@@ -97,6 +97,15 @@ class ProxyBug(ProxyFailure):
     upstream = False
 
 
+def _own_cause(exc: BaseException) -> ProxyFailure | None:
+    cause = exc.__cause__
+    for _ in range(3):
+        if cause is None or isinstance(cause, ProxyFailure):
+            return cause
+        cause = cause.__cause__
+    return None
+
+
 class upstream_errors:  # lower case: used as ``with upstream_errors():``, like a function
     """Translate what aiohttp raises while talking to the upstream (subclasses first).
 
@@ -114,10 +123,10 @@ class upstream_errors:  # lower case: used as ``with upstream_errors():``, like 
     ) -> None:
         if exc is None or isinstance(exc, ProxyFailure):
             return
-        if isinstance(exc.__cause__, ProxyFailure):
-            # the request body's reader failed (too large, too slow) inside aiohttp's writer task,
-            # which wraps what it caught: the agent's failure, not the upstream's
-            raise exc.__cause__ from exc
+        if (own := _own_cause(exc)) is not None:
+            # mend failed inside aiohttp (the request body's reader: too large, too slow; the
+            # response head's guard), which wrapped what it caught
+            raise own from exc
         if isinstance(exc, TimeoutError):  # aiohttp's connect and read timeouts included
             raise UpstreamTimeout(type(exc).__name__) from exc
         if isinstance(exc, aiohttp.ClientConnectorError):

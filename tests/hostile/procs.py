@@ -4,6 +4,7 @@ exactly as written (no client library normalises a target or a header here)."""
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import os
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,3 +193,61 @@ def mend_process(
         yield running
     finally:
         running.stop()
+
+
+RawHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@dataclass
+class RawServer:
+    port: int
+    connections: int = 0
+    closed: int = 0  # connections whose peer (mend) went away
+
+
+@contextmanager
+def raw_server(handler: RawHandler) -> Iterator[RawServer]:
+    """An upstream written on raw asyncio, in a thread of its own: it can misbehave in ways no
+    HTTP server library allows (drip, storm, never finish), and keeps doing so while the test
+    blocks on a socket."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    state = RawServer(port=0)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        state.connections += 1
+        try:
+            await handler(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            state.closed += 1
+        finally:
+            writer.close()
+
+    async def start() -> asyncio.Server:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        state.port = server.sockets[0].getsockname()[1]
+        return server
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        server = loop.run_until_complete(start())
+        ready.set()
+        loop.run_forever()
+        server.close()
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        loop.run_until_complete(asyncio.sleep(0))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    ready.wait(10)
+    try:
+        yield state
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+async def read_head(reader: asyncio.StreamReader) -> bytes:
+    """A request's head, up to the blank line."""
+    return await reader.readuntil(b"\r\n\r\n")

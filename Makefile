@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint venv bench clean
+.PHONY: demo test test-slow lint venv bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ test: $(STAMP)
 	bash scripts/install-system-deps
 	$(PY) -m pytest
 	$(MAKE) --no-print-directory lint
+
+# the suites marked slow (drains, long-polls, client libraries through mend); not in CI's run
+test-slow: $(STAMP)
+	bash scripts/install-system-deps
+	$(PY) -m pytest -m slow
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

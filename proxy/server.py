@@ -21,6 +21,7 @@ from proxy import __version__
 from proxy.admin import create_admin_app
 from proxy.app import create_app
 from proxy.engine import Engine, RuleStore
+from proxy.limits import FdWatch, connection_budget, raise_nofile
 from proxy.logs import LineWriter, make_logger
 from proxy.rulefile import RuleError
 from proxy.settings import Settings, parse_hostport
@@ -106,16 +107,37 @@ async def serve(settings: Settings, *, worker: bool = False) -> None:
         out.flush()
 
 
+def _within_file_limit(settings: Settings, logger: FilteringBoundLogger) -> tuple[Settings, int]:
+    """Settings whose connection cap fits the process's file limit (raised first), and the limit."""
+    nofile = raise_nofile()
+    budget = connection_budget(settings.max_connections, nofile)
+    if budget < settings.max_connections:
+        logger.warning(
+            "max_connections_lowered",
+            configured=settings.max_connections,
+            max_connections=budget,
+            file_limit=nofile,
+        )
+        settings = settings.model_copy(update={"max_connections": budget})
+    return settings, nofile
+
+
 async def _serve(settings: Settings, logger: FilteringBoundLogger, *, worker: bool) -> None:
+    settings, nofile = _within_file_limit(settings, logger)
     registry = CollectorRegistry()
     server = create_app(settings, registry, logger=logger)
     store = server.proxy.store
     loop = asyncio.get_running_loop()
     store.on_reload.append(settle_after_reloads(loop))
-    sites: list[tuple[web.BaseRunner, str]] = [(web.ServerRunner(server), settings.listen)]
+    grace = settings.shutdown_timeout
+    sites: list[tuple[web.BaseRunner, str]] = [
+        (web.ServerRunner(server, shutdown_timeout=grace), settings.listen)
+    ]
     if not worker:
         admin = create_admin_app(store, registry, logger)
-        sites.append((web.AppRunner(admin, access_log=None), settings.admin_listen))
+        sites.append(
+            (web.AppRunner(admin, access_log=None, shutdown_timeout=grace), settings.admin_listen)
+        )
     settle_heap()
     for runner, address in sites:
         await runner.setup()
@@ -136,8 +158,11 @@ async def _serve(settings: Settings, logger: FilteringBoundLogger, *, worker: bo
     watcher = RuleWatcher(store, logger) if settings.watch_rules else None
     if watcher is not None:
         watcher.start()
+    files = FdWatch(logger, nofile)
+    files.start()
     await wait_for_stop()
-    logger.info("stopping")
+    logger.info("stopping", grace_s=grace)
+    await files.stop()
     with contextlib.suppress(Exception):  # a failed build is the catalog page's to report
         await catalog_built
     if watcher is not None:

@@ -74,11 +74,15 @@ class Supervisor:
                     self.workers[index] = self.start_worker()
 
     async def stop(self) -> None:
+        """SIGTERM to every worker at once; each drains within ``shutdown_timeout`` (plus a
+        little for its own exit), all in parallel, before any is killed."""
         self.stopping = True
         self.signal_all(signal.SIGTERM)
+        grace = self.settings.shutdown_timeout + 5
+        await asyncio.gather(*(asyncio.to_thread(p.join, grace) for p in self.workers))
         for process in self.workers:
-            await asyncio.to_thread(process.join, 15)
             if process.is_alive():
+                self.log.error("worker_killed", pid=process.pid, grace_s=grace)
                 process.kill()
                 process.join()
 

@@ -78,9 +78,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         settings = _settings_from_args(args)
         Engine.load(settings)  # refuse to start on the errors `mend check` reports
-    except RuleError as exc:
-        print("\n".join(exc.problems), file=sys.stderr)
-        print("mend: not starting: fix the rule or config errors above", file=sys.stderr)
+    except RuleError as exc:  # one line a problem, as the logs and `mend check` say it
+        print("\n".join(f"mend: error: {problem}" for problem in exc.problems), file=sys.stderr)
         return 2
     if settings.workers > 1:
         run_workers(settings)

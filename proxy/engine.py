@@ -10,13 +10,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from proxy.rulefile import LoadedRule, RuleError, load_rule_text, load_rules
+from proxy.rulefile import LoadedRule, RuleError, exhausted, load_rule_text, load_rules
 from proxy.ruleset import Rule, RuleSet
 from proxy.settings import Settings
 
 _HERE = Path(__file__).resolve().parent
 FALLBACKS = _HERE / "fallbacks.yaml"
 OWN_ERRORS = _HERE / "own_errors.yaml"
+
+
+def _compile(rule: LoadedRule) -> Rule:
+    """``Rule.compile``; running out of stack or memory on it is that rule's ``file:line`` error."""
+    try:
+        return Rule.compile(rule)
+    except (RecursionError, MemoryError) as exc:
+        raise exhausted(rule.source, exc) from exc
 
 
 def _builtin(path: Path) -> list[LoadedRule]:
@@ -37,7 +45,7 @@ class Engine:
         compiled: dict[str, Rule] = {}
 
         def compile_all(loaded: list[LoadedRule]) -> list[Rule]:
-            return [compiled.setdefault(r.spec.id, Rule.compile(r)) for r in loaded]
+            return [compiled.setdefault(r.spec.id, _compile(r)) for r in loaded]
 
         shared_rules = compile_all(shared)
         tail = compile_all(fallbacks)
@@ -80,10 +88,15 @@ class RuleStore:
     last_error: str | None = field(default=None)
 
     def reload(self) -> Engine:
+        """The new engine, or ``RuleError`` and the old one stays; every attempt is notified.
+
+        Anything else ``Engine.load`` raises is a bug, but still a failed reload: it is counted
+        as one before it propagates.
+        """
         try:
             engine = Engine.load(self.settings)
-        except RuleError as exc:
-            self.last_error = str(exc)
+        except Exception as exc:
+            self.last_error = str(exc) if isinstance(exc, RuleError) else repr(exc)
             self._notify(False, self.engine.rule_count)
             raise
         self.engine = engine

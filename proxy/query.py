@@ -18,8 +18,18 @@ from typing import Any
 
 import jmespath
 import jmespath.exceptions
+from jmespath.parser import ParsedResult
 
 Getter = Callable[[Any], Any]
+
+
+#: AST levels a query may nest (``(((a)))``, ``!!!a``, ``a || b || ...``, ``a | b | ...``). The
+#: shipped packs' deepest is 13; every level costs a few stack frames to parse, compile and run.
+MAX_DEPTH = 100
+
+
+class QueryTooDeep(jmespath.exceptions.JMESPathError):
+    """A query nested past ``MAX_DEPTH``: refused when it is compiled, not when it is asked."""
 
 
 class _NotCompiled(Exception):
@@ -268,13 +278,60 @@ class Query:
     def search(self, document: Any) -> Any:
         try:
             return self._get(document)
-        except (_TypeMismatch, jmespath.exceptions.JMESPathError, TypeError):
+        except (_TypeMismatch, jmespath.exceptions.JMESPathError, TypeError, RecursionError):
+            # RecursionError: a JSON body deep enough that comparing or printing it
+            # (``a == b``, ``to_string(@)``) runs out of stack. Not an answer: no match.
             return None
 
 
+def _inside(node: Any, ast: bool) -> tuple[list[Any], bool]:
+    """What nests one level inside ``node``, and whether that is AST (else a literal's JSON)."""
+    if ast and node["type"] == "literal":
+        return [node["value"]], False
+    if ast:
+        return [child for child in node.get("children", []) if isinstance(child, dict)], True
+    return list(node.values() if isinstance(node, dict) else node), False
+
+
+def _depth(tree: Mapping[str, Any]) -> int:
+    """How deeply ``tree`` nests, a literal's JSON included; walked without recursion.
+
+    Stops looking once past ``MAX_DEPTH``: the answer is then only "too deep".
+    """
+    deepest = 0
+    stack: list[tuple[Any, int, bool]] = [(tree, 1, True)]
+    while stack and deepest <= MAX_DEPTH:
+        node, depth, ast = stack.pop()
+        deepest = max(deepest, depth)
+        inner, inner_ast = _inside(node, ast)
+        stack.extend(
+            (child, depth + 1, inner_ast) for child in inner if isinstance(child, dict | list)
+        )
+    return deepest
+
+
+def _parse(expression: str) -> ParsedResult:
+    """``jmespath.compile``, refusing what nests past ``MAX_DEPTH``.
+
+    ``jmespath``'s parser recurses once per level of ``(``, ``[``, ``{``, ``!``, projections and
+    ``json`` literals, so thousands of them end in a ``RecursionError``; left-nested chains
+    (``a || b || ...``, ``a | b | ...``) parse in a loop but would recurse when compiled below and
+    when evaluated. Both are translated to ``QueryTooDeep``, a ``JMESPathError``.
+    """
+    too_deep = f"the query nests deeper than {MAX_DEPTH} levels"
+    try:
+        parsed = jmespath.compile(expression)
+    except RecursionError as exc:
+        raise QueryTooDeep(too_deep) from exc
+    if _depth(parsed.parsed) > MAX_DEPTH:
+        raise QueryTooDeep(too_deep)
+    return parsed
+
+
 def compile_query(expression: str) -> Query:
-    """Raises ``jmespath.exceptions.JMESPathError`` for a query that does not parse."""
-    parsed = jmespath.compile(expression)
+    """Raises ``jmespath.exceptions.JMESPathError`` for a query that does not parse or nests past
+    ``MAX_DEPTH`` (``QueryTooDeep``)."""
+    parsed = _parse(expression)
     paths = _paths(parsed.parsed)
     try:
         return Query(expression, _compile(parsed.parsed), native=True, paths=paths)

@@ -50,11 +50,21 @@ def compile_regex(pattern: str) -> Any:
         raise ValueError(f"bad regex {pattern!r}: {detail}") from exc
 
 
+def _shown(text: str, limit: int = 80) -> str:
+    """``text`` quoted for an error line; a hostile 10 kB query is not echoed whole."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} chars)"
+
+
+def _first_line(exc: Exception) -> str:
+    """jmespath's message without the expression it echoes on further lines (ours quotes it)."""
+    return str(exc).split("\n", 1)[0].removesuffix(":").removesuffix(", for expression")
+
+
 def compile_jmespath(query: str) -> Query:
     try:
         return compile_query(query)
     except jmespath.exceptions.JMESPathError as exc:
-        raise ValueError(f"bad JMESPath query {query!r}: {exc}") from exc
+        raise ValueError(f"bad JMESPath query {_shown(query)}: {_first_line(exc)}") from exc
 
 
 def _check_template(value: Any) -> Any:
@@ -288,9 +298,89 @@ class LoadedRule:
     source: str  # "file:line", for explain and the catalog
 
 
-# --- YAML with line numbers -------------------------------------------------------------------
+# --- YAML with line numbers, bounded ---------------------------------------------------------
 
 Lines = dict[tuple[Any, ...], int]
+
+#: Nodes a document may hold once its aliases are expanded. The largest shipped pack has ~1,100.
+MAX_YAML_NODES = 100_000
+#: Collections nested in collections. Rule files nest about ten deep; this is far from the stack.
+MAX_YAML_DEPTH = 100
+
+
+class _YamlBound(yaml.MarkedYAMLError):
+    """A document past ``MAX_YAML_NODES`` or ``MAX_YAML_DEPTH``, or an alias of its own parent."""
+
+    def __init__(self, problem: str, mark: Any) -> None:
+        super().__init__(problem=problem, problem_mark=mark)
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """``SafeLoader`` that measures a document as if its aliases were expanded, before they are.
+
+    Aliases are allowed: operators use anchors to keep configs DRY. What they cannot do is
+    multiply: ``b: &b [*a, *a, ...]``, ``c: &c [*b, *b, ...]`` -- "billion laughs", a few hundred
+    bytes that expand to gigabytes once constructed -- so the bound is on the expanded size, not
+    on aliases. The composer already shares one node per anchor; while it composes, each node adds
+    one to a running count and each alias adds the expanded size of its anchored node, measured
+    once when that node was composed (the count's growth across it), likewise its height. So the
+    measuring is O(nodes in the file), and a bomb stops at the alias that crosses
+    ``MAX_YAML_NODES``, named by its line, before anything is expanded.
+
+    Nesting deeper than ``MAX_YAML_DEPTH`` (aliases expanded) is refused too: it would otherwise
+    end in a ``RecursionError`` here or in whatever walks the data later. So is an alias of a node
+    still being composed (``&a [*a]``), which would expand forever.
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self._expanded = 0  # nodes so far, aliases counted as copies
+        self._depth = 0  # of the node being composed; the root is 1
+        self._reach = 0  # deepest level reached inside the node being composed
+        self._measured: dict[int, tuple[int, int]] = {}  # id(anchored node) -> (size, height)
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event: yaml.NodeEvent = self.peek_event()  # type: ignore[no-untyped-call]
+        depth = self._depth + 1
+        if isinstance(event, yaml.AliasEvent):
+            return self._compose_alias(parent, index, event, depth)
+        self._check(depth, self._expanded + 1, event.start_mark, None)
+        start, outer = self._expanded, self._reach
+        self._expanded, self._depth, self._reach = start + 1, depth, depth
+        node = super().compose_node(parent, index)
+        height = self._reach - depth
+        self._depth, self._reach = depth - 1, max(outer, self._reach)
+        if event.anchor is not None and node is not None:
+            self._measured[id(node)] = (self._expanded - start, height)
+        return node
+
+    def _compose_alias(
+        self, parent: yaml.Node | None, index: Any, event: yaml.AliasEvent, depth: int
+    ) -> yaml.Node | None:
+        node = super().compose_node(parent, index)  # the anchored node, or "undefined alias"
+        measured = self._measured.get(id(node))
+        if measured is None:
+            problem = f"alias *{event.anchor} refers to a node that contains it"
+            raise _YamlBound(problem, event.start_mark)
+        size, height = measured
+        self._check(depth + height, self._expanded + size, event.start_mark, event.anchor)
+        self._expanded += size
+        self._reach = max(self._reach, depth + height)
+        return node
+
+    def _check(self, depth: int, expanded: int, mark: Any, alias: str | None) -> None:
+        if depth <= MAX_YAML_DEPTH and expanded <= MAX_YAML_NODES:
+            return
+        past = (
+            f"deeper than {MAX_YAML_DEPTH} levels"
+            if depth > MAX_YAML_DEPTH
+            else f"past {MAX_YAML_NODES} nodes"
+        )
+        if alias is None:
+            problem = f"the document goes {past}"
+        else:
+            problem = f"alias *{alias} takes the document {past} (an alias counts as a copy)"
+        raise _YamlBound(problem, mark)
 
 
 def _construct(
@@ -300,6 +390,10 @@ def _construct(
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a mapping key must be a plain value", key_node.start_mark
+                )
             key = loader.construct_object(key_node, deep=True)
             out[key] = _construct(loader, value_node, (*path, key), lines)
         return out
@@ -308,18 +402,35 @@ def _construct(
     return loader.construct_object(node, deep=True)
 
 
+def _yaml_problem(exc: yaml.YAMLError, name: str) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    line = mark.line + 1 if mark is not None else 1
+    problem = getattr(exc, "problem", None) or str(exc)
+    kind = "YAML" if isinstance(exc, _YamlBound) else "YAML syntax"
+    return f"{name}:{line}: {kind}: {problem}"
+
+
+def exhausted(where: str, exc: RecursionError | MemoryError) -> RuleError:
+    """Running out of stack or memory while loading ``where`` (``file:line``), as a rule error."""
+    what = "nests too deeply" if isinstance(exc, RecursionError) else "is too large to load"
+    return RuleError([f"{where}: {what} ({type(exc).__name__})"])
+
+
 def parse_yaml(text: str, name: str) -> tuple[Any, Lines]:
-    """Parse YAML keeping each node's line; ``RuleError`` names the file and line on bad syntax."""
-    loader = yaml.SafeLoader(text)
+    """Parse YAML keeping each node's line; ``RuleError`` names the file and line on bad syntax.
+
+    Every YAML operators write goes through here (rule files, ``--config``, test cases, recorded
+    responses), so every one is bounded by ``_BoundedLoader``.
+    """
+    loader = _BoundedLoader(text)
     try:
         node = loader.get_single_node()
         lines: Lines = {}
         data = None if node is None else _construct(loader, node, (), lines)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise RuleError([f"{name}:{line}: YAML syntax: {problem}"]) from exc
+        raise RuleError([_yaml_problem(exc, name)]) from exc
+    except (RecursionError, MemoryError) as exc:
+        raise exhausted(f"{name}:1", exc) from exc
     finally:
         loader.dispose()
     return data, lines
@@ -355,6 +466,8 @@ def load_rule_text(text: str, name: str, default_pack: str) -> list[LoadedRule]:
         parsed = RuleFile.model_validate(data)
     except ValidationError as exc:
         raise RuleError(validation_problems(exc, name, lines)) from exc
+    except (RecursionError, MemoryError) as exc:  # a validator's library ran out
+        raise exhausted(f"{name}:1", exc) from exc
     if not parsed.enabled:
         return []
     pack = parsed.pack or default_pack

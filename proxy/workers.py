@@ -105,6 +105,9 @@ class Supervisor:
                 self.log.error(
                     "rules_reload_rejected", trigger="admin", problems=list(exc.problems)
                 )
+                # the workers try too, fail the same way and count it: the supervisor's own
+                # metrics are not in the multiprocess store /metrics reads
+                self.signal_all(signal.SIGHUP)
                 return web.json_response(
                     {"status": "rejected", "problems": list(exc.problems)}, status=422
                 )

@@ -44,7 +44,8 @@ def parse_failure(exc: BaseException | None, status: int, max_line: int) -> Prox
         # the request line's limit is max_line_size, a header's max_field_size; the parser
         # raises the same exception for both, naming the start of the offending line
         line, limit = exc.args[0], exc.args[1]
-        is_target = limit == max_line and str(line).lstrip("b'\"").startswith(("/", "http", "*"))
+        text = bytes(line).decode("latin-1") if isinstance(line, bytes | bytearray) else str(line)
+        is_target = limit == max_line and text.startswith(("/", "http", "*"))
         return (UriTooLong if is_target else HeadersTooLarge)(str(exc)[:200], limit=limit)
     if isinstance(exc, BadHttpMessage) and "Too many headers" in exc.message:
         return HeadersTooLarge(exc.message)

@@ -217,11 +217,19 @@ class Proxy:
 
     async def _body(self, request: web.BaseRequest) -> AsyncIterator[bytes]:
         """The agent's body as it arrives: a pause over ``client_body_timeout`` or more than
-        ``request_body_max_bytes`` ends it (and with it the upstream request it was feeding)."""
+        ``request_body_max_bytes`` ends it (and with it the upstream request it was feeding).
+
+        ``Expect: 100-continue`` is answered here, when the body is first wanted, as Envoy does by
+        default and nginx when it starts reading: the agent never stalls on a 100 the upstream
+        may never send (``Expect`` is not forwarded), and a request refused before its body is
+        needed (413, 404, 400) is refused without the agent sending it.
+        """
         limit = self.settings.request_body_max_bytes
         idle = self.settings.client_body_timeout
         content = request.content
         seen = 0
+        if _expects_continue(request):
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         while True:
             try:
                 async with asyncio.timeout(idle):
@@ -508,6 +516,13 @@ class Proxy:
 
     async def close(self) -> None:
         await self.upstreams.close()
+
+
+def _expects_continue(request: web.BaseRequest) -> bool:
+    expect = request.headers.get("Expect")
+    return (
+        expect is not None and expect.lower() == "100-continue" and request.version >= (1, 1)
+    )
 
 
 def _idle_timeout(upstream: aiohttp.ClientResponse, seconds: float) -> None:

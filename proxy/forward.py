@@ -59,7 +59,8 @@ def upstream_request_headers(
     upstream_host: str | None,
     preserve_host: bool,
 ) -> CIMultiDict[str]:
-    out = end_to_end(headers, drop=() if preserve_host else ("host",))
+    # Expect is answered by mend itself (``Proxy._body``), as Envoy and nginx do
+    out = end_to_end(headers, drop=("expect",) if preserve_host else ("host", "expect"))
     if client_ip:
         prior = out.get("X-Forwarded-For")
         out["X-Forwarded-For"] = f"{prior}, {client_ip}" if prior else client_ip

@@ -40,9 +40,10 @@ from proxy.failures import (
     UpstreamResponseTooLarge,
     upstream_errors,
 )
-from proxy.forward import Upstreams, end_to_end, upstream_request_headers
+from proxy.forward import Upstreams, upstream_request_headers
 from proxy.logs import make_logger
 from proxy.metrics import Metrics, RepeatTracker
+from proxy.passthrough import PassedResponse, PassedStream, passthrough_headers
 from proxy.redact import Redactor, is_internal_header
 from proxy.render import Negotiator, Rendering, render, safe_header_value
 from proxy.request_id import request_id
@@ -60,6 +61,7 @@ _HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?
 #: Success bodies up to this size are read whole and sent in one write.
 _SMALL_BODY = 64 << 10
 _STARTED: web.RequestKey[bool] = web.RequestKey("mend.response_started", bool)
+_RID: web.RequestKey[str] = web.RequestKey("mend.request_id", str)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +124,7 @@ class Proxy:
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         response: web.StreamResponse
         started = time.perf_counter()
-        rid = request_id(request.headers)
+        rid = request[_RID] = request_id(request.headers)
         runtime = self._route_for(request.rel_url.raw_path)
         route_name = runtime.route.name if runtime else "none"
         exchange = _exchange(request, rid, route_name)
@@ -294,8 +296,10 @@ class Proxy:
             with upstream_errors():
                 body = await upstream.read()
             return await self._send_buffered(request, upstream, body)
-        response = web.StreamResponse(
-            status=upstream.status, reason=upstream.reason, headers=end_to_end(upstream.headers)
+        response = PassedStream(
+            status=upstream.status,
+            reason=upstream.reason,
+            headers=passthrough_headers(upstream.headers, _rid(request)),
         )
         await response.prepare(request)
         request[_STARTED] = True
@@ -307,9 +311,7 @@ class Proxy:
         except aiohttp.ClientError as exc:
             # headers are gone already: the only honest signal left is an aborted connection
             self.log.warning(
-                "upstream_stream_broken",
-                request_id=request.headers.get("X-Request-ID"),
-                error=type(exc).__name__,
+                "upstream_stream_broken", request_id=_rid(request), error=type(exc).__name__
             )
             if request.transport is not None:
                 request.transport.abort()
@@ -320,9 +322,11 @@ class Proxy:
     async def _send_buffered(
         self, request: web.BaseRequest, upstream: aiohttp.ClientResponse, raw: bytes
     ) -> web.StreamResponse:
-        headers = end_to_end(upstream.headers)
-        return web.Response(
-            status=upstream.status, reason=upstream.reason, body=raw, headers=headers
+        return PassedResponse(
+            status=upstream.status,
+            reason=upstream.reason,
+            body=raw,
+            headers=passthrough_headers(upstream.headers, _rid(request)),
         )
 
     @staticmethod
@@ -373,6 +377,9 @@ class Proxy:
         body, content_type = render(envelope, rendering, http_status)
         headers = CIMultiDict[str]()
         if upstream is not None:
+            # the agent's own session: a cookie set with a 401 or a 409 must still reach it
+            for cookie in upstream.headers.getall("Set-Cookie", ()):
+                headers.add("Set-Cookie", cookie)
             for name, value in upstream.headers.items():
                 if KEPT_ON_ENVELOPES.match(name) and not is_internal_header(name):
                     scrubbed = self.redactor.scrub(value)
@@ -518,11 +525,13 @@ class Proxy:
         await self.upstreams.close()
 
 
+def _rid(request: web.BaseRequest) -> str:
+    return request.get(_RID) or request_id(request.headers)
+
+
 def _expects_continue(request: web.BaseRequest) -> bool:
     expect = request.headers.get("Expect")
-    return (
-        expect is not None and expect.lower() == "100-continue" and request.version >= (1, 1)
-    )
+    return expect is not None and expect.lower() == "100-continue" and request.version >= (1, 1)
 
 
 def _idle_timeout(upstream: aiohttp.ClientResponse, seconds: float) -> None:

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.hostile.procs import MendProcess, RawServer, mend_process, raw_server, read_head
+from tests.hostile.procs import (
+    MendProcess,
+    RawServer,
+    mend_process,
+    raw_exchange,
+    raw_server,
+    read_head,
+)
 
 UPLOAD = bytes(range(256)) * 4096  # 1 MiB
 
@@ -41,10 +48,37 @@ async def no_continue_sink(reader: asyncio.StreamReader, writer: asyncio.StreamW
         await writer.drain()
 
 
+#: Raw responses by request path, for the header tests (each a full HTTP/1.1 response).
+CANNED = {
+    b"/banner": b"HTTP/1.1 200 OK\r\nServer: Werkzeug/3.1.9 Python/3.11.7\r\n"
+    b"X-Powered-By: Express\r\nX-AspNet-Version: 4.0.30319\r\nContent-Type: text/plain\r\n"
+    b"X-Custom: kept\r\nContent-Length: 2\r\n\r\nok",
+    b"/untyped": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nbytes",
+    b"/untyped-stream": b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"s" * 100000,
+    b"/moved": b"HTTP/1.1 301 Moved Permanently\r\nLocation: /elsewhere\r\n"
+    b"Content-Length: 0\r\n\r\n",
+    b"/login": b"HTTP/1.1 401 Unauthorized\r\nSet-Cookie: session=abc123; Path=/; HttpOnly\r\n"
+    b"Set-Cookie: csrf=xyz; Path=/\r\nWWW-Authenticate: Bearer\r\nContent-Type: application/json"
+    b'\r\nContent-Length: 27\r\n\r\n{"error": "not logged in"}\n',
+}
+
+
+async def canned(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answers each request with the canned response for its path, byte for byte."""
+    while True:
+        head = await read_head(reader)
+        path = head.split(b" ", 2)[1]
+        writer.write(CANNED[b"/" + path.rsplit(b"/", 1)[-1]])
+        await writer.drain()
+
+
 @pytest.fixture(scope="module")
 def upstreams() -> Iterator[dict[str, RawServer]]:
     with ExitStack() as stack:
-        yield {"sink": stack.enter_context(raw_server(no_continue_sink))}
+        yield {
+            "sink": stack.enter_context(raw_server(no_continue_sink)),
+            "canned": stack.enter_context(raw_server(canned)),
+        }
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +171,55 @@ def test_refused_request_is_refused_before_its_body(tmp_path: Path) -> None:
     assert "< HTTP/1.1 413" in verbose
     assert "100 Continue" not in verbose
     assert json.loads(result.stdout)["error"]["code"] == "REQUEST_TOO_LARGE"
+
+
+def _head(port: int, target: str, *extra: str) -> tuple[int, dict[str, list[str]], bytes]:
+    """Status, headers (lower-cased names, every value) and body, from a raw HTTP exchange."""
+    request = f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+    response = raw_exchange(port, (request + "".join(f"{h}\r\n" for h in extra) + "\r\n").encode())
+    head, _, body = response.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers: dict[str, list[str]] = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers.setdefault(name.strip().lower(), []).append(value.strip())
+    return int(lines[0].split()[1]), headers, body
+
+
+def test_success_headers_lose_the_upstream_banner(mend: MendProcess) -> None:
+    """A success keeps its own headers but not the upstream's software banner: ``Server: mend``,
+    no X-Powered-By or X-AspNet-Version, and the agent's X-Request-ID echoed."""
+    status, headers, body = _head(mend.port, "/canned/banner", "X-Request-ID: agent-42")
+    assert (status, body) == (200, b"ok")
+    assert headers["server"] == ["mend"]
+    assert "x-powered-by" not in headers
+    assert "x-aspnet-version" not in headers
+    assert headers["x-custom"] == ["kept"]
+    assert headers["x-request-id"] == ["agent-42"]
+
+
+def test_every_success_gets_a_request_id(mend: MendProcess) -> None:
+    """Without an agent id, mend's own id is on the success, as on envelopes."""
+    _, headers, _ = _head(mend.port, "/canned/banner")
+    assert headers["x-request-id"][0].startswith("req_")
+
+
+@pytest.mark.parametrize("path", ["/canned/untyped", "/canned/untyped-stream", "/canned/moved"])
+def test_no_content_type_is_invented(
+    mend: MendProcess, upstreams: dict[str, RawServer], path: str
+) -> None:
+    """A response without Content-Type (small, streamed, or a body-less 301) has none through
+    mend either: aiohttp used to add application/octet-stream."""
+    _, direct, direct_body = _head(upstreams["canned"].port, path)
+    _, through, through_body = _head(mend.port, path)
+    assert "content-type" not in direct
+    assert "content-type" not in through
+    assert through_body == direct_body
+
+
+def test_set_cookie_survives_into_the_envelope(mend: MendProcess) -> None:
+    """A 401 that sets cookies becomes an envelope that still sets them, unchanged."""
+    status, headers, body = _head(mend.port, "/canned/login")
+    assert status == 401
+    assert json.loads(body)["error"]["category"] == "auth"
+    assert headers["set-cookie"] == ["session=abc123; Path=/; HttpOnly", "csrf=xyz; Path=/"]

@@ -2,7 +2,8 @@
 
 An error body is read to be understood, never forwarded as is, so it is buffered; a hostile or
 broken upstream must not be able to make that cost more than the caps: the wire bytes read stop at
-``max_bytes`` and a decompression bomb stops at ``max_decompressed``.
+``max_bytes`` and a decompression bomb stops at ``max_decompressed``. A document nested deeper
+than ``nesting.MAX_JSON_DEPTH`` is read as text, never parsed.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import brotli
-import orjson
 
+from proxy import nesting
 from proxy.exchange import NOT_JSON
 
 _CHUNK = 16 << 10
@@ -93,8 +94,6 @@ def parse(data: bytes, *, encoding: str, charset: str | None, limit: int, cut: b
     document: Any = NOT_JSON
     stripped = text.lstrip()[:1]
     if stripped in ("{", "[") and not cut:
-        try:
-            document = orjson.loads(data if _charset(charset) == "utf-8" else text)
-        except orjson.JSONDecodeError:
-            document = NOT_JSON
+        # nested deeper than MAX_JSON_DEPTH: read as text, like any body that is not JSON
+        document = nesting.loads(data if _charset(charset) == "utf-8" else text)
     return Body(text=text, json=document, truncated=cut)

@@ -1,20 +1,29 @@
 """Structured logs: one JSON line per request (CONTRACT §5), built as a structlog chain.
 
 The logger is made per app and passed in, so tests and embedders choose where lines go; nothing
-configures structlog globally.
+configures structlog globally. ``route_stdlib_logging`` sends what aiohttp and asyncio log through
+the stdlib ``logging`` module down the same chain, so every line on stdout is one JSON object.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import sys
 import threading
 import time
-from typing import Any, TextIO
+import traceback
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import PurePath
+from types import FrameType, TracebackType
+from typing import Any, Final, TextIO
 
 import orjson
 import structlog
-from structlog.typing import EventDict, WrappedLogger
+from structlog.typing import EventDict, FilteringBoundLogger, WrappedLogger
 
 
 def _orjson_dumps(value: Any, **_: Any) -> str:
@@ -23,6 +32,100 @@ def _orjson_dumps(value: Any, **_: Any) -> str:
 
 def _drop_none(_: WrappedLogger, __: str, event: EventDict) -> EventDict:
     return {k: v for k, v in event.items() if v is not None}
+
+
+# ---------------------------------------------------------------------------------------------
+# Exceptions on one line
+# ---------------------------------------------------------------------------------------------
+
+_WS = re.compile(r"\s+")
+#: Frames kept of a traceback, the innermost ones: where it failed, not how the loop got there.
+_FRAMES = 8
+#: Causes (``raise ... from``) and contexts followed after the exception itself.
+_CHAIN = 3
+_EXCEPTION_MESSAGE_MAX = 500
+
+
+def one_line(text: str, limit: int) -> str:
+    """``text`` with every run of whitespace (newlines too) one space, at most ``limit`` long."""
+    flat = _WS.sub(" ", text[: limit * 4]).strip()
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _safe_str(value: object) -> str:
+    try:
+        return str(value)
+    except Exception:  # a hostile __str__ must not lose the line
+        return f"<unprintable {type(value).__name__}>"
+
+
+def _head(exc: BaseException) -> str:
+    kind = type(exc)
+    name = (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+    message = one_line(_safe_str(exc), _EXCEPTION_MESSAGE_MAX)
+    return f"{name}: {message}" if message else name
+
+
+def _frame(frame: FrameType, lineno: int) -> str:
+    where = "/".join(PurePath(frame.f_code.co_filename).parts[-2:])
+    return f"{where}:{lineno} {frame.f_code.co_name}"
+
+
+def _frames(tb: TracebackType | None) -> str:
+    """The innermost frames, outermost first, without reading source files."""
+    tail: deque[tuple[FrameType, int]] = deque(maxlen=_FRAMES)
+    total = 0
+    for entry in traceback.walk_tb(tb):  # iterative: a RecursionError's 1000 frames are fine
+        tail.append(entry)
+        total += 1
+    frames = [_frame(frame, lineno) for frame, lineno in tail]
+    return " > ".join(["…", *frames] if total > len(tail) else frames)
+
+
+def _cause(exc: BaseException) -> BaseException | None:
+    if exc.__cause__ is not None:
+        return exc.__cause__
+    return None if exc.__suppress_context__ else exc.__context__
+
+
+def exception_line(exc: BaseException) -> str:
+    """``Type: message | at a/b.py:1 f > c/d.py:2 g | from Cause: message``, on one line.
+
+    Bounded whatever the exception: its message is cut, only the innermost frames are named and
+    a few causes followed.
+    """
+    parts = [_head(exc)]
+    if exc.__traceback__ is not None:
+        parts.append(f"at {_frames(exc.__traceback__)}")
+    seen = {id(exc)}
+    cause = _cause(exc)
+    while cause is not None and id(cause) not in seen and len(seen) <= _CHAIN:
+        seen.add(id(cause))
+        parts.append(f"from {_head(cause)}")
+        cause = _cause(cause)
+    return " | ".join(parts)
+
+
+def _as_exception(exc_info: Any) -> BaseException | None:
+    if isinstance(exc_info, BaseException):
+        return exc_info
+    if isinstance(exc_info, tuple) and len(exc_info) == 3:
+        return exc_info[1] if isinstance(exc_info[1], BaseException) else None
+    return sys.exc_info()[1] if exc_info is True else None
+
+
+def _exception_field(_: WrappedLogger, __: str, event: EventDict) -> EventDict:
+    """``log.exception(...)``'s ``exc_info`` as an ``exception`` field on the same line."""
+    exc_info = event.pop("exc_info", None)
+    if exc_info:
+        exc = _as_exception(exc_info)
+        if exc is not None:
+            event["exception"] = exception_line(exc)
+    return event
 
 
 class UtcTimestamp:
@@ -115,9 +218,197 @@ def make_logger(stream: TextIO | LineWriter | None = None) -> structlog.typing.F
         writer,
         processors=[
             structlog.processors.add_log_level,
+            _exception_field,
             UtcTimestamp(),
             _drop_none,
             structlog.processors.JSONRenderer(serializer=_orjson_dumps),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(0),
     ).bind()
+
+
+# ---------------------------------------------------------------------------------------------
+# stdlib logging (aiohttp, asyncio) as JSON lines, rate limited
+# ---------------------------------------------------------------------------------------------
+
+#: An identical record again within this many seconds is counted, not written.
+REPEAT_INTERVAL_S: Final = 10.0
+#: Distinct records whose repeats are being counted; beyond this the oldest is settled early.
+_REPEAT_KEYS = 256
+_EVENT_MAX = 2000
+_KEY_PART_MAX = 200
+#: The stdlib loggers whose records go only to mend's handler, not also to the root's others.
+_ROUTED = ("aiohttp", "asyncio")
+_METHODS = (
+    (logging.CRITICAL, "critical"),
+    (logging.ERROR, "error"),
+    (logging.WARNING, "warning"),
+    (logging.INFO, "info"),
+)
+
+#: (logger name, first line of the message before its arguments are filled in)
+RepeatKey = tuple[str, str]
+
+
+def _method(levelno: int) -> str:
+    return next((name for level, name in _METHODS if levelno >= level), "debug")
+
+
+def repeat_key(record: logging.LogRecord) -> RepeatKey:
+    """What makes two records "identical": the logger and the message template's first line.
+
+    The template, not the formatted message: "Error handling request from %s" is one record
+    however many peers there are, and asyncio's "Task exception was never retrieved" one
+    however many tasks, so no sender can get around the limit by varying what it sends.
+    """
+    template = _safe_str(record.msg)[: _KEY_PART_MAX * 4].split("\n", 1)[0]
+    return record.name[:_KEY_PART_MAX], template[:_KEY_PART_MAX]
+
+
+@dataclass(slots=True)
+class _Window:
+    start: float
+    levelno: int
+    suppressed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Repeated:
+    """Records counted but not written since the last line for them."""
+
+    key: RepeatKey
+    levelno: int
+    count: int
+
+
+class RepeatCounter:
+    """Per key, one record per ``interval`` is written; the rest are counted.
+
+    Windows are kept in the order they opened, so the expired ones are always at the front:
+    settling them costs nothing per record. At most ``max_keys`` are kept.
+    """
+
+    def __init__(self, interval: float, max_keys: int = _REPEAT_KEYS) -> None:
+        self._interval = interval
+        self._max_keys = max_keys
+        self._windows: OrderedDict[RepeatKey, _Window] = OrderedDict()
+
+    def admit(self, key: RepeatKey, now: float, levelno: int = logging.ERROR) -> int | None:
+        """``None``: counted, not to be written. Else how many were counted before this one.
+
+        Counting is a lookup and an addition: a storm of thousands a second costs no formatting.
+        """
+        window = self._windows.get(key)
+        if window is not None and now - window.start < self._interval:
+            window.suppressed += 1
+            return None
+        self._windows.pop(key, None)
+        self._windows[key] = _Window(now, levelno)
+        return window.suppressed if window is not None else 0
+
+    def settle(self, now: float, *, everything: bool = False) -> list[Repeated]:
+        """Close the windows that expired (or all), returning those that counted something."""
+        closed: list[Repeated] = []
+        while self._windows:
+            key, window = next(iter(self._windows.items()))
+            expired = now - window.start >= self._interval
+            if not (everything or expired or len(self._windows) > self._max_keys):
+                break
+            del self._windows[key]
+            if window.suppressed:
+                closed.append(Repeated(key, window.levelno, window.suppressed))
+        return closed
+
+
+class StdlibHandler(logging.Handler):
+    """A stdlib ``logging`` handler writing each record as one of mend's JSON lines.
+
+    ``event`` is the message and ``logger`` the record's logger; an exception is one
+    ``exception`` field (``exception_line``). An identical record (``repeat_key``) within
+    ``interval`` seconds is only counted: the next line for it carries ``repeated``. A count
+    nothing followed is written on its own line (the message template as ``event``) once its
+    interval is over and another record arrives, or by ``flush``, which ``logging.shutdown``
+    calls at exit.
+    """
+
+    def __init__(
+        self,
+        logger: FilteringBoundLogger,
+        *,
+        interval: float = REPEAT_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self._log = logger
+        self._clock = clock
+        self._repeats = RepeatCounter(interval)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            now = self._clock()
+            repeated = self._repeats.admit(repeat_key(record), now, record.levelno)
+            for closed in self._repeats.settle(now):
+                self._write_repeated(closed)
+            if repeated is not None:
+                self._write(record, repeated)
+        except Exception:
+            self.handleError(record)
+
+    def flush(self) -> None:
+        """Write the counts of every record still being counted."""
+        self.acquire()
+        try:
+            for closed in self._repeats.settle(self._clock(), everything=True):
+                self._write_repeated(closed)
+        finally:
+            self.release()
+
+    def _write(self, record: logging.LogRecord, repeated: int) -> None:
+        event = one_line(_message(record), _EVENT_MAX)
+        fields: dict[str, Any] = {"logger": record.name}
+        if record.exc_info and (exc := _as_exception(record.exc_info)) is not None:
+            fields["exception"] = exception_line(exc)
+        if record.stack_info:
+            fields["stack"] = one_line(record.stack_info, _EVENT_MAX)
+        if repeated:
+            fields["repeated"] = repeated
+        getattr(self._log, _method(record.levelno))(event, **fields)
+
+    def _write_repeated(self, closed: Repeated) -> None:
+        logger, template = closed.key
+        getattr(self._log, _method(closed.levelno))(
+            one_line(template, _EVENT_MAX), logger=logger, repeated=closed.count
+        )
+
+
+def _message(record: logging.LogRecord) -> str:
+    try:
+        return record.getMessage()
+    except Exception:  # arguments that do not fit the format: the template still says what
+        return _safe_str(record.msg)
+
+
+def route_stdlib_logging(
+    logger: FilteringBoundLogger,
+    *,
+    interval: float = REPEAT_INTERVAL_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> StdlibHandler:
+    """Send every stdlib ``logging`` record (aiohttp's, asyncio's, any library's) to ``logger``.
+
+    One handler goes on the root logger and on the ``aiohttp`` and ``asyncio`` loggers, which
+    stop propagating: their records are written once, as JSON, even if something else adds a
+    plain-text handler to the root. Levels are left as they are (the root's WARNING by default).
+    Calling it again replaces the handler it installed before, after writing its counts: there
+    is only ever one.
+    """
+    handler = StdlibHandler(logger, interval=interval, clock=clock)
+    for name in (None, *_ROUTED):
+        target = logging.getLogger(name)
+        for old in [h for h in target.handlers if isinstance(h, StdlibHandler)]:
+            old.flush()
+            target.removeHandler(old)
+        target.addHandler(handler)
+        if name is not None:
+            target.propagate = False
+    return handler

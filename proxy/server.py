@@ -22,7 +22,7 @@ from proxy.admin import create_admin_app
 from proxy.app import create_app
 from proxy.engine import Engine, RuleStore
 from proxy.limits import FdWatch, connection_budget, raise_nofile
-from proxy.logs import LineWriter, make_logger
+from proxy.logs import LineWriter, make_logger, route_stdlib_logging
 from proxy.rulefile import RuleError
 from proxy.settings import Settings, parse_hostport
 from proxy.watch import RuleWatcher, reload_rules
@@ -101,9 +101,13 @@ async def wait_for_stop() -> None:
 async def serve(settings: Settings, *, worker: bool = False) -> None:
     """Run until SIGINT/SIGTERM. A worker shares the agent port and leaves admin to its parent."""
     out = LineWriter(sys.stdout, flush_interval=LOG_FLUSH_INTERVAL)
+    logger = make_logger(out)
+    # aiohttp's and asyncio's own records, as JSON lines, repeats counted once per interval
+    stdlib = route_stdlib_logging(logger)
     try:
-        await _serve(settings, make_logger(out), worker=worker)
+        await _serve(settings, logger, worker=worker)
     finally:
+        stdlib.flush()
         out.flush()
 
 

@@ -23,7 +23,7 @@ from structlog.typing import FilteringBoundLogger
 
 from proxy.admin import admin_application
 from proxy.engine import Engine
-from proxy.logs import make_logger
+from proxy.logs import make_logger, route_stdlib_logging
 from proxy.rulefile import RuleError
 from proxy.settings import Settings, parse_hostport
 
@@ -149,6 +149,8 @@ def run_workers(settings: Settings) -> None:
     # set before any worker starts: prometheus-client picks its value store at import time
     os.environ[MULTIPROC_ENV] = metrics_dir
     try:
-        asyncio.run(Supervisor(settings, make_logger(), metrics_dir).run())
+        logger = make_logger()
+        route_stdlib_logging(logger)
+        asyncio.run(Supervisor(settings, logger, metrics_dir).run())
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)

@@ -50,6 +50,7 @@ from proxy.request_id import request_id
 from proxy.ruleset import Match
 from proxy.settings import Route, Settings
 from proxy.target import Origin, upstream_target
+from proxy.tunnel import Tunnel
 
 #: Upstream headers an agent needs to act on an envelope; all others are dropped from envelopes.
 KEPT_ON_ENVELOPES = re.compile(
@@ -62,6 +63,8 @@ _HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?
 _SMALL_BODY = 64 << 10
 _STARTED: web.RequestKey[bool] = web.RequestKey("mend.response_started", bool)
 _RID: web.RequestKey[str] = web.RequestKey("mend.request_id", str)
+#: Seconds a request body may take before ``client_body_min_rate`` applies (Kestrel's grace).
+_BODY_RATE_GRACE_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,9 @@ class Proxy:
         self.upstreams = Upstreams(max_interim_responses=settings.max_interim_responses)
         self.negotiator = Negotiator()
         self.repeats = RepeatTracker()
+        #: WebSocket sessions being relayed, ended first when mend shuts down
+        self.tunnels: set[Tunnel] = set()
+        self.stopping = False
         self.options = BuildOptions(
             retry_after_default_ms=settings.retry_after_default_ms,
             retry_after_max_ms=settings.retry_after_max_ms,
@@ -147,10 +153,15 @@ class Proxy:
         except Exception as exc:
             return await self._fail(request, exchange, runtime, self._bug(exc), started, upstream_s)
 
+        if upstream.status == 101:  # switched protocols (a WebSocket): bytes both ways from here
+            return await self._tunnel(request, exchange, runtime, upstream, started, upstream_s)
         try:
             ruleset = self.store.engine.routes[route_name]
-            # 2. classify: successes stream through untouched unless the route inspects them
-            if not ruleset.inspects(upstream.status):
+            # 2. classify: successes stream through untouched unless the route inspects them,
+            # and a stream (SSE, NDJSON, any body without a length) is never held to be inspected
+            if not ruleset.inspects(upstream.status) or (
+                upstream.status < 400 and _is_stream(upstream)
+            ):
                 response = await self._stream(request, runtime, upstream, b"")
                 return await self._finish(
                     request, exchange, response, started, upstream_s, "passthrough"
@@ -228,10 +239,12 @@ class Proxy:
         """
         limit = self.settings.request_body_max_bytes
         idle = self.settings.client_body_timeout
+        rate = self.settings.client_body_min_rate
         content = request.content
         seen = 0
         if _expects_continue(request):
             await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        began = time.monotonic()
         while True:
             try:
                 async with asyncio.timeout(idle):
@@ -243,6 +256,9 @@ class Proxy:
             seen += len(chunk)
             if limit is not None and seen > limit:
                 raise RequestTooLarge(f"body over {limit} bytes", limit=limit)
+            elapsed = time.monotonic() - began
+            if rate is not None and elapsed > _BODY_RATE_GRACE_S and seen < rate * elapsed:
+                raise RequestTimeout(f"request body slower than {rate} bytes/s")
             yield chunk
 
     async def _forward(
@@ -319,6 +335,59 @@ class Proxy:
         await response.write_eof()
         return response
 
+    async def _tunnel(
+        self,
+        request: web.BaseRequest,
+        exchange: Exchange,
+        runtime: RouteRuntime,
+        upstream: aiohttp.ClientResponse,
+        started: float,
+        upstream_s: float | None,
+    ) -> web.StreamResponse:
+        """The upstream's 101 to the agent, then a byte tunnel until a side closes or falls idle
+        (``proxy/tunnel.py``). Logged and counted when the 101 is sent (outcome ``websocket``)
+        and again when the session ends (``websocket_closed``)."""
+        route = exchange.route
+        metrics = self.metrics
+        counts = (
+            metrics.websocket_bytes.labels(route, "to_upstream"),
+            metrics.websocket_bytes.labels(route, "to_agent"),
+        )
+        try:
+            tunnel = Tunnel(
+                request, upstream, idle_timeout=runtime.route.idle_timeout, counts=counts
+            )
+        except ProxyFailure as failure:  # a 101 that cannot be relayed
+            upstream.close()
+            return await self._fail(request, exchange, runtime, failure, started, upstream_s)
+        exchange.status = upstream.status
+        self.tunnels.add(tunnel)
+        if self.stopping:  # switched as mend began to stop: the session ends as it opens
+            tunnel.stop()
+        try:
+            with metrics.websocket_open.labels(route).track_inprogress():
+                headers = passthrough_headers(upstream.headers, exchange.request_id)
+                response = await tunnel.open(headers)
+                request[_STARTED] = True
+                metrics.websocket_sessions.labels(route).inc()
+                self._observe(exchange, response, started, upstream_s, "websocket", None, None)
+                await tunnel.run()
+        finally:
+            self.tunnels.discard(tunnel)
+            session = tunnel.summary()
+            metrics.websocket_closed.labels(route, session.closed_by.value).inc()
+            self.log.info(
+                "websocket_closed",
+                request_id=exchange.request_id,
+                route=route,
+                path=exchange.path,
+                closed_by=session.closed_by.value,
+                duration_ms=round(session.duration_s * 1000, 3),
+                bytes_to_upstream=session.to_upstream,
+                bytes_to_agent=session.to_agent,
+            )
+        return response
+
     async def _send_buffered(
         self, request: web.BaseRequest, upstream: aiohttp.ClientResponse, raw: bytes
     ) -> web.StreamResponse:
@@ -333,8 +402,9 @@ class Proxy:
     async def _read_capped(
         upstream: aiohttp.ClientResponse, limit: int, deadline_s: float
     ) -> tuple[bytes, bool]:
-        """Up to ``limit`` bytes, and whether that was the whole body, within ``deadline_s``:
-        an upstream dripping a byte a second resets every per-read timer, not this one."""
+        """The body if it has at most ``limit`` bytes, else its first ``limit + 1`` bytes, and
+        whether that was the whole body; within ``deadline_s``: an upstream dripping a byte a
+        second resets every per-read timer, not this one."""
         buf = bytearray()
         with upstream_errors():
             async with asyncio.timeout(deadline_s):
@@ -343,7 +413,7 @@ class Proxy:
                     if not chunk:
                         return bytes(buf), True
                     buf += chunk
-        return bytes(buf[:limit]), False
+        return bytes(buf), False  # all of it: a success streams on from here, byte for byte
 
     # --- envelopes ------------------------------------------------------------------------------
 
@@ -521,8 +591,32 @@ class Proxy:
         self.log.info("request", **_log_line(exchange, response.status, "catalog", elapsed))
         return response
 
+    def stop_tunnels(self) -> None:
+        """End every WebSocket session, and those still opening: one has no request boundary
+        to drain to."""
+        self.stopping = True
+        for tunnel in list(self.tunnels):
+            tunnel.stop()
+
     async def close(self) -> None:
         await self.upstreams.close()
+
+
+#: Media types whose bodies are read as they arrive, event by event, never whole.
+_STREAM_TYPES = frozenset(
+    {
+        "text/event-stream",
+        "application/x-ndjson",
+        "application/jsonl",
+        "application/json-seq",
+        "application/stream+json",
+    }
+)
+
+
+def _is_stream(upstream: aiohttp.ClientResponse) -> bool:
+    """A response that may never end or may pause: no length, or a streaming media type."""
+    return upstream.content_length is None or upstream.content_type in _STREAM_TYPES
 
 
 def _rid(request: web.BaseRequest) -> str:
@@ -603,6 +697,12 @@ class MendServer(AgentServer):
             if page is not None:
                 return self.proxy.served_locally(request, page, started)
         return await self.proxy.handle(request)
+
+    def pre_shutdown(self) -> None:
+        # WebSocket sessions first: past this aiohttp drops what agents send (it stops reading
+        # requests), which a tunnel must not do while relaying the other way
+        self.proxy.stop_tunnels()
+        super().pre_shutdown()
 
     async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (aiohttp API)
         """Drain the agents' connections, then close the upstream pools they were using."""

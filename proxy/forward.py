@@ -49,6 +49,18 @@ def end_to_end(headers: CIMultiDictProxy[str], drop: Iterable[str] = ()) -> CIMu
     return out
 
 
+def wants_upgrade(headers: CIMultiDictProxy[str]) -> bool:
+    """Whether a request asks to switch its connection to WebSocket: ``Upgrade: websocket`` with
+    ``upgrade`` among the ``Connection`` tokens. Only this upgrade is forwarded (and relayed, see
+    ``proxy/tunnel.py``): aiohttp's server hands the bytes after a request's head to a tunnel for
+    ``websocket`` alone, and would parse another protocol's (``h2c``) as HTTP; other ``Upgrade``
+    headers are dropped as hop-by-hop, and the upstream answers the request as plain HTTP."""
+    if headers.get("Upgrade", "").strip().lower() != "websocket":
+        return False
+    tokens = ",".join(headers.getall("Connection", ())).lower().split(",")
+    return "upgrade" in (token.strip() for token in tokens)
+
+
 def upstream_request_headers(
     headers: CIMultiDictProxy[str],
     *,
@@ -70,6 +82,9 @@ def upstream_request_headers(
     out["X-Request-ID"] = request_id
     if not preserve_host and upstream_host:
         out["Host"] = upstream_host
+    if wants_upgrade(headers):  # the hop-by-hop pair a WebSocket handshake needs on this hop too
+        out["Upgrade"] = headers["Upgrade"]
+        out["Connection"] = "Upgrade"
     return out
 
 

@@ -92,6 +92,10 @@ class Settings(_Model):
     client_header_timeout: float = Field(60.0, gt=0)
     #: seconds between two reads of a request body (nginx ``client_body_timeout``)
     client_body_timeout: float = Field(60.0, gt=0)
+    #: bytes/s a request body must average after its first 5 s (Kestrel's
+    #: ``MinRequestBodyDataRate``, 240): a body dripped a byte a second never trips the timeout
+    #: above. None: no minimum.
+    client_body_min_rate: int | None = Field(240, gt=0)
     #: seconds an idle keep-alive connection stays open (nginx ``keepalive_timeout``)
     keepalive_timeout: float = Field(75.0, gt=0)
     #: open agent connections per process; past it, a 503 envelope and the connection closed

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -72,12 +73,41 @@ async def canned(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         await writer.drain()
 
 
+GAP_S = 1.0
+
+
+async def sse_with_gaps(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Three server-sent events ``GAP_S`` apart, chunked, then the end of the stream."""
+    await read_head(reader)
+    writer.write(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+        b"Connection: close\r\n\r\n"
+    )
+    for n in range(3):
+        event = b'id: %d\ndata: {"n": %d}\n\n' % (n, n)
+        writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+        await writer.drain()
+        await asyncio.sleep(GAP_S)
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
+
+
+async def long_poll(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answers 35 s after the request: longer than the old 30 s read timeout."""
+    await read_head(reader)
+    await asyncio.sleep(35)
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\nnews")
+    await writer.drain()
+
+
 @pytest.fixture(scope="module")
 def upstreams() -> Iterator[dict[str, RawServer]]:
     with ExitStack() as stack:
         yield {
             "sink": stack.enter_context(raw_server(no_continue_sink)),
             "canned": stack.enter_context(raw_server(canned)),
+            "sse": stack.enter_context(raw_server(sse_with_gaps)),
+            "poll": stack.enter_context(raw_server(long_poll)),
         }
 
 
@@ -88,7 +118,13 @@ def mend(
     config = {
         "watch_rules": False,
         "routes": [
-            {"name": name, "prefix": f"/{name}", "upstream": f"http://127.0.0.1:{s.port}"}
+            {
+                "name": name,
+                "prefix": f"/{name}",
+                "upstream": f"http://127.0.0.1:{s.port}",
+                # every route inspects its successes: streams must flow all the same
+                "success_rules": ["graphql.*"],
+            }
             for name, s in upstreams.items()
         ],
     }
@@ -223,3 +259,36 @@ def test_set_cookie_survives_into_the_envelope(mend: MendProcess) -> None:
     assert status == 401
     assert json.loads(body)["error"]["category"] == "auth"
     assert headers["set-cookie"] == ["session=abc123; Path=/; HttpOnly", "csrf=xyz; Path=/"]
+
+
+def _event_times(port: int, target: str) -> list[float]:
+    """Seconds from sending the request to each SSE event's arrival, read off a raw socket."""
+    times: list[float] = []
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        started = time.monotonic()
+        sock.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        seen = b""
+        while not seen.endswith(b"0\r\n\r\n") and (chunk := sock.recv(65536)):
+            seen += chunk
+            while seen.count(b"\n\n") > len(times):
+                times.append(time.monotonic() - started)
+    return times
+
+
+def test_sse_flows_through_an_inspecting_route(
+    mend: MendProcess, upstreams: dict[str, RawServer]
+) -> None:
+    """On a route with success_rules, each event arrives as it is sent: the first one no later
+    than a fraction of the gap after it arrives direct (it used to wait for the whole stream)."""
+    direct = _event_times(upstreams["sse"].port, "/sse/")
+    through = _event_times(mend.port, "/sse/")
+    assert len(direct) == len(through) == 3
+    for sent_direct, sent_through in zip(direct, through, strict=True):
+        assert sent_through - sent_direct < GAP_S / 2
+
+
+@pytest.mark.slow
+def test_long_poll_longer_than_thirty_seconds(mend: MendProcess) -> None:
+    """A long-poll answered after 35 s gets its answer (read_timeout is 60 s, as nginx's)."""
+    status, _, body = _head(mend.port, "/poll/")
+    assert (status, body) == (200, b"news")

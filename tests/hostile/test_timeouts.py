@@ -210,6 +210,27 @@ def test_slow_request_body_gets_408_and_frees_the_upstream(
     assert upstreams["sink"].closed == closed + 1
 
 
+def test_request_body_dripped_a_byte_at_a_time_is_cut(mend: MendProcess) -> None:
+    """A body sent a byte every 0.5 s never trips the idle timeout; it falls under
+    client_body_min_rate once the 5 s grace is over, and gets 408 then."""
+    with socket.create_connection(("127.0.0.1", mend.port)) as sock:
+        sock.sendall(b"POST /sink/ HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
+        started = time.monotonic()
+        sock.settimeout(0.5)
+        response = b""
+        while time.monotonic() - started < 15 and not response:
+            try:
+                sock.sendall(b"x")
+                response = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+    assert 5 <= time.monotonic() - started < 10
+    assert status_of(response) == 408, response
+    assert body_of(response)["error"]["code"] == "REQUEST_TIMEOUT"
+
+
 def test_dripping_error_body_is_cut_at_its_deadline(mend: MendProcess) -> None:
     """An error body dripped a byte at a time ends at error_body_timeout with UPSTREAM_TIMEOUT
     (a per-read timer never fires: every byte resets it)."""

@@ -11,6 +11,7 @@ response classes here prevent.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from aiohttp import web
@@ -29,19 +30,53 @@ def passthrough_headers(headers: CIMultiDictProxy[str], request_id: str) -> CIMu
     return out
 
 
-class _Untyped:
-    """Leaves ``Content-Type`` out when the upstream sent none (RFC 9110 §8.3: a recipient may
-    sniff; a proxy must not invent one)."""
+class _Verbatim:
+    """What aiohttp's response classes change in the upstream's head, undone.
+
+    - ``Content-Type`` is left out when the upstream sent none (RFC 9110 §8.3: a recipient may
+      sniff; a proxy must not invent one).
+    - Header bytes that are not UTF-8 (``filename=r\xe9sum\xe9.pdf`` from a latin-1 server)
+      arrive as surrogate escapes, which aiohttp's header writer drops: such a head is written
+      back byte for byte here. aiohttp has no option for either; both hooks are its response
+      internals, covered by tests/test_transparency.py.
+    """
 
     untyped = False
+    _headers: Any
+    _req: web.BaseRequest | None
+    _payload_writer: Any
+    _send_headers_immediately: bool
+    status: int
+    reason: str
 
     async def _prepare_headers(self) -> None:
         await super()._prepare_headers()  # type: ignore[misc]
         if self.untyped:
-            self._headers.popall("Content-Type", None)  # type: ignore[attr-defined]
+            self._headers.popall("Content-Type", None)
+
+    async def _write_headers(self) -> None:
+        if all(value.isascii() for value in self._headers.values()):
+            await super()._write_headers()  # type: ignore[misc]
+            return
+        request, writer = self._req, self._payload_writer
+        assert request is not None
+        assert writer is not None
+        lines = [f"HTTP/{request.version[0]}.{request.version[1]} {self.status} {self.reason}"]
+        lines.extend(f"{name}: {value}" for name, value in self._headers.items())
+        head = "\r\n".join(lines) + "\r\n\r\n"
+        if _CONTROL.search(head[:-4].replace("\r\n", " ")) is not None:
+            raise ValueError("control character in a response header")
+        writer._headers_buf = head.encode("utf-8", "surrogateescape")
+        writer._headers_written = False
+        if self._send_headers_immediately:
+            writer.send_headers()
 
 
-class PassedResponse(_Untyped, web.Response):
+#: Bytes no header line may hold (aiohttp's own writer refuses them too).
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+class PassedResponse(_Verbatim, web.Response):
     """A small success, sent in one write."""
 
     def __init__(self, *, status: int, reason: str | None, body: bytes, headers: Any) -> None:
@@ -49,7 +84,7 @@ class PassedResponse(_Untyped, web.Response):
         self.untyped = "Content-Type" not in headers
 
 
-class PassedStream(_Untyped, web.StreamResponse):
+class PassedStream(_Verbatim, web.StreamResponse):
     """A success streamed as it arrives."""
 
     def __init__(self, *, status: int, reason: str | None, headers: Any) -> None:

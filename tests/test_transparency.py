@@ -54,6 +54,8 @@ CANNED = {
     b"/banner": b"HTTP/1.1 200 OK\r\nServer: Werkzeug/3.1.9 Python/3.11.7\r\n"
     b"X-Powered-By: Express\r\nX-AspNet-Version: 4.0.30319\r\nContent-Type: text/plain\r\n"
     b"X-Custom: kept\r\nContent-Length: 2\r\n\r\nok",
+    b"/latin1": b"HTTP/1.1 200 OK\r\nContent-Disposition: attachment; filename=r\xe9sum\xe9.pdf\r\n"
+    b"X-Name: caf\xe9\r\nContent-Type: application/pdf\r\nContent-Length: 3\r\n\r\npdf",
     b"/untyped": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nbytes",
     b"/untyped-stream": b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"s" * 100000,
     b"/moved": b"HTTP/1.1 301 Moved Permanently\r\nLocation: /elsewhere\r\n"
@@ -292,3 +294,17 @@ def test_long_poll_longer_than_thirty_seconds(mend: MendProcess) -> None:
     """A long-poll answered after 35 s gets its answer (read_timeout is 60 s, as nginx's)."""
     status, _, body = _head(mend.port, "/poll/")
     assert (status, body) == (200, b"news")
+
+
+def test_latin1_response_header_bytes_pass_unchanged(
+    mend: MendProcess, upstreams: dict[str, RawServer]
+) -> None:
+    """Header values in latin-1 (not UTF-8) reach the agent byte for byte; aiohttp's writer
+    used to drop the bytes it could not encode (``caf\\xe9`` became ``caf``)."""
+    request = b"GET /canned/latin1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    direct = raw_exchange(upstreams["canned"].port, request)
+    through = raw_exchange(mend.port, request)
+    for line in (b"Content-Disposition: attachment; filename=r\xe9sum\xe9.pdf", b"X-Name: caf\xe9"):
+        assert line in direct
+        assert line in through
+    assert through.endswith(b"\r\n\r\npdf")

@@ -64,6 +64,8 @@ _BETWEEN = re.compile(
     rf"\bbetween\s*{_NUM}\s*(?:and|-|to)\s*{_NUM}(\s*(?:char|item|element))?", re.I
 )
 _LENGTHY = re.compile(r"\b(?:length|size|long|characters?)\b", re.I)
+_WS = re.compile(r"\s+")
+_REASON_LIMIT = 300
 _ENUM_ITEM = re.compile(r"""['"`]([^'"`]{1,64})['"`]|([\w.\-]{1,64})""")
 _CTX_KEYS = {
     "gt": "exclusiveMinimum",
@@ -111,6 +113,10 @@ def _between(reason: str, found: dict[str, Any]) -> None:
 
 def from_reason(reason: str) -> dict[str, Any] | None:
     """Allowed values named by a human-readable validation message, or ``None``."""
+    # One line of at most _REASON_LIMIT characters, as build passes it anyway: the patterns are
+    # re (lookarounds, a backreference), and _ENUM (.+$ before a newline) and _ENUM_END (\s*
+    # over a run of spaces) take time quadratic in longer or multi-line text.
+    reason = _WS.sub(" ", reason).strip()[:_REASON_LIMIT]
     text = reason
     for pattern, replacement in _REWRITES:
         text = pattern.sub(replacement, text)

@@ -7,13 +7,13 @@ checks, so ``mend explain`` can name the first one that failed. ``found`` collec
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.exchange import Exchange
 from proxy.query import json_equals
+from proxy.regex import Linear, escape, linear
 from proxy.rulefile import JsonCondition, When, compile_jmespath, compile_regex, parse_status
 
 Found = dict[str, Any]
@@ -43,9 +43,13 @@ def statuses(when: When) -> frozenset[int] | None:
     return out
 
 
-def _glob(pattern: str) -> re.Pattern[str]:
-    # `**` crosses slashes, `*` and `?` stay within one path segment, like gitignore globs.
-    out = []
+def _glob(pattern: str) -> Linear:
+    """A path glob as an RE2 pattern: linear in the path, which the agent chose.
+
+    ``**`` crosses slashes (not newlines), ``*`` and ``?`` stay within one path segment, like
+    gitignore globs. Match it with ``fullmatch``.
+    """
+    out: list[str] = []
     i = 0
     while i < len(pattern):
         if pattern.startswith("**", i):
@@ -58,9 +62,9 @@ def _glob(pattern: str) -> re.Pattern[str]:
             out.append("[^/]")
             i += 1
         else:
-            out.append(re.escape(pattern[i]))
+            out.append(escape(pattern[i]))
             i += 1
-    return re.compile("".join(out) + r"\Z")
+    return linear("".join(out))
 
 
 def _listify(value: str | list[str]) -> list[str]:
@@ -73,7 +77,7 @@ def _header_predicate(kind: str, name: str, pattern: str | bool) -> Predicate:
 
     if pattern is True:
         return Predicate(f"{kind}.{name} present", lambda ex, _: name in source(ex))
-    regex = compile_regex(str(pattern))
+    regex = Linear(compile_regex(str(pattern)))
 
     def test(ex: Exchange, found: Found) -> bool:
         value = source(ex).get(name)
@@ -115,7 +119,7 @@ def _json_predicate(cond: JsonCondition) -> Predicate:
             _JSON_COST,
         )
     if "matches" in given:
-        regex = compile_regex(cond.matches or "")
+        regex = Linear(compile_regex(cond.matches or ""))
 
         def test(ex: Exchange, found: Found) -> bool:
             got = value(ex)
@@ -153,11 +157,11 @@ def compile_when(when: When) -> tuple[Predicate, ...]:
         preds.append(
             Predicate(
                 f"path matches {when.path!r}",
-                lambda ex, _: any(g.match(ex.path) for g in globs),
+                lambda ex, _: any(g.fullmatch(ex.path) for g in globs),
             )
         )
     if when.path_regex is not None:
-        path_regex = compile_regex(when.path_regex)
+        path_regex = Linear(compile_regex(when.path_regex))
         preds.append(
             Predicate(
                 f"path ~ /{when.path_regex}/", lambda ex, _: path_regex.search(ex.path) is not None
@@ -175,7 +179,7 @@ def compile_when(when: When) -> tuple[Predicate, ...]:
             )
         )
     if when.body is not None:
-        body = compile_regex(when.body)
+        body = Linear(compile_regex(when.body))
 
         def body_test(ex: Exchange, found: Found) -> bool:
             match = body.search(ex.text)

@@ -34,11 +34,12 @@ import json
 import math
 import re
 import string
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-import re2
+from proxy.nesting import exceeds_depth
+from proxy.regex import GatedPattern, TriggerSet, anchored, gated
 
 NEUTRAL = "The upstream service reported an internal error."
 
@@ -273,262 +274,6 @@ _DEBUG_MARKUP_SIGNS = (
 )
 
 
-# --- RE2 gates --------------------------------------------------------------------------------
-# Python's re scans a case-insensitive alternation of words at every position of a body: a few
-# hundred microseconds for 2 KB. RE2 answers "can this match at all?" for the same pattern in a
-# few. A gate is the pattern made RE2-compatible by dropping what RE2 lacks (lookarounds,
-# possessive and atomic groups): that only ever widens what it matches, so when the gate finds
-# nothing the real pattern cannot match either, and the exact Python pattern runs only when it may.
-
-
-def _re2_source(source: str) -> str:
-    out: list[str] = []
-    i, n = 0, len(source)
-    after_quantifier = False
-    while i < n:
-        char = source[i]
-        if char == "\\":
-            escape, i = _escape_at(source, i)
-            out.append(_OUTSIDE.get(escape, _unicode_escape(escape)))
-            after_quantifier = False
-        elif char == "[":
-            j = i + 1
-            parts = ["["]
-            if j < n and source[j] == "^":
-                parts.append("^")
-                j += 1
-            if j < n and source[j] == "]":
-                parts.append("\\]")
-                j += 1
-            while j < n and source[j] != "]":
-                if source[j] == "\\":
-                    escape, j = _escape_at(source, j)
-                    if escape in _NEGATED:
-                        raise re2.error("a negated class escape inside a class")
-                    parts.append(_INSIDE.get(escape, _unicode_escape(escape)))
-                else:
-                    parts.append(source[j])
-                    j += 1
-            parts.append("]")
-            out.append("".join(parts))
-            i = j + 1
-            after_quantifier = False
-        elif char == "$":
-            out.append("(?m:$)")  # Python's $ also matches before a final newline
-            i += 1
-            after_quantifier = False
-        elif source.startswith(("(?=", "(?!", "(?<=", "(?<!"), i):
-            depth, j = 0, i
-            while j < n:
-                if source[j] == "\\":
-                    j += 2
-                    continue
-                if source[j] == "[":
-                    j += 1
-                    while j < n and source[j] != "]":
-                        j += 2 if source[j] == "\\" else 1
-                elif source[j] == "(":
-                    depth += 1
-                elif source[j] == ")":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                j += 1
-            i = j + 1
-            after_quantifier = False
-        elif source.startswith("(?>", i):
-            out.append("(?:")
-            i += 3
-            after_quantifier = False
-        elif char in "*+?":
-            if after_quantifier and char == "+":
-                pass  # possessive: the greedy form matches at least as much
-            else:
-                out.append(char)
-            after_quantifier = not after_quantifier
-            i += 1
-        elif char == "{" and (m := _COUNTED.match(source, i)):
-            # counts are expanded into RE2's program; "at least one" is wider and stays small
-            out.append("*" if m.group(1) in ("", "0") else "+")
-            i = m.end()
-            after_quantifier = True
-        else:
-            out.append(char)
-            i += 1
-            after_quantifier = False
-    return "".join(out)
-
-
-_COUNTED = re.compile(r"\{(\d*),?\d*\}")
-# Python's \w, \d, \s are Unicode-aware and RE2's are ASCII: spell them out so the gate is
-# never narrower. \b is dropped (an assertion removed only widens a match).
-_WORD = r"\p{L}\p{M}\p{N}_"
-_SPACE = r"\s\p{Z}\x{1c}-\x{1f}\x{85}"
-_OUTSIDE = {
-    r"\w": f"[{_WORD}]",
-    r"\W": f"[^{_WORD}]",
-    r"\d": r"\p{Nd}",
-    r"\D": r"\P{Nd}",
-    r"\s": f"[{_SPACE}]",
-    r"\S": f"[^{_SPACE}]",
-    r"\b": "",
-    r"\B": "",
-    r"\Z": r"\z",
-}
-_INSIDE = {r"\w": _WORD, r"\d": r"\p{Nd}", r"\s": _SPACE}
-_NEGATED = frozenset({r"\W", r"\D", r"\S"})
-
-
-def _escape_at(source: str, i: int) -> tuple[str, int]:
-    """The escape sequence starting at ``source[i]`` (a backslash) and the index after it."""
-    nxt = source[i + 1 : i + 2]
-    if nxt == "u":
-        return source[i : i + 6], i + 6
-    if nxt == "U":
-        return source[i : i + 10], i + 10
-    if nxt == "x" and source[i + 2 : i + 3] != "{":
-        return source[i : i + 4], i + 4
-    return source[i : i + 2], i + 2
-
-
-def _unicode_escape(escape: str) -> str:
-    if escape[:2] in ("\\u", "\\U"):
-        return "\\x{" + escape[2:] + "}"
-    if escape[1:2].isdigit() and escape[1:2] != "0":
-        raise re2.error("backreference")
-    return escape
-
-
-class _Fast:
-    """A ``re`` pattern behind an RE2 gate; same results, run only when it may match."""
-
-    __slots__ = ("_gate", "_re")
-
-    def __init__(self, compiled: re.Pattern[str]) -> None:
-        self._re = compiled
-        flags = "".join(
-            f for f, bit in (("i", re.I), ("s", re.S), ("m", re.M)) if compiled.flags & bit
-        )
-        options = re2.Options()
-        options.log_errors = False
-        try:
-            source = _re2_source(compiled.pattern)
-            self._gate: Any = re2.compile(f"(?{flags}){source}" if flags else source, options)
-        except re2.error:
-            self._gate = None  # backreferences and the like: no gate, always run
-
-    def _may_match(self, text: str) -> bool:
-        return self._gate is None or self._gate.search(text) is not None
-
-    def search(self, text: str, *args: int) -> re.Match[str] | None:
-        return self._re.search(text, *args) if self._may_match(text) else None
-
-    def sub(self, repl: Any, text: str, count: int = 0) -> str:
-        return self._re.sub(repl, text, count=count) if self._may_match(text) else text
-
-    def finditer(self, text: str, *args: int) -> Iterator[re.Match[str]]:
-        return self._re.finditer(text, *args) if self._may_match(text) else iter(())
-
-    def findall(self, text: str, *args: int) -> list[Any]:
-        return self._re.findall(text, *args) if self._may_match(text) else []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._re, name)  # match, fullmatch, split, pattern: anchored or cheap
-
-
-class _Anchored(_Fast):
-    """A pattern that can only match where the RE2 pattern ``starts`` starts a match.
-
-    ``re`` tries a lookbehind at every offset of a text; RE2 finds the few candidate offsets in
-    one linear pass, and ``re`` confirms each one from there. Same matches, a fraction of the work
-    on long bodies.
-    """
-
-    __slots__ = ("_starts",)
-
-    def __init__(self, compiled: re.Pattern[str], starts: str) -> None:
-        super().__init__(compiled)
-        options = re2.Options()
-        options.log_errors = False
-        self._starts: Any = re2.compile(starts, options)
-
-    def finditer(self, text: str, *args: int) -> Iterator[re.Match[str]]:
-        if args:
-            return super().finditer(text, *args)
-        return self._confirmed(text)
-
-    def _confirmed(self, text: str) -> Iterator[re.Match[str]]:
-        end = 0
-        for candidate in self._starts.finditer(text):
-            if candidate.start() < end:
-                continue
-            match = self._re.match(text, candidate.start())
-            if match is not None:
-                end = max(match.end(), match.start() + 1)
-                yield match
-
-    def search(self, text: str, *args: int) -> re.Match[str] | None:
-        if args:
-            return super().search(text, *args)
-        return next(self._confirmed(text), None)
-
-    def findall(self, text: str, *args: int) -> list[Any]:
-        if args:
-            return super().findall(text, *args)
-        return [m.group(0) for m in self._confirmed(text)]
-
-    def sub(self, repl: Any, text: str, count: int = 0) -> str:
-        parts: list[str] = []
-        last = 0
-        for done, match in enumerate(self._confirmed(text), 1):
-            parts.append(text[last : match.start()])
-            parts.append(repl(match) if callable(repl) else match.expand(repl))
-            last = match.end()
-            if done == count:
-                break
-        if not parts:
-            return text
-        parts.append(text[last:])
-        return "".join(parts)
-
-
-def _gated(compiled: re.Pattern[str]) -> re.Pattern[str]:
-    """``compiled`` behind an RE2 gate (typed as the pattern it stands in for)."""
-    return cast("re.Pattern[str]", _Fast(compiled))
-
-
-def _anchored(compiled: re.Pattern[str], starts: str) -> re.Pattern[str]:
-    """``compiled``, tried only where the RE2 pattern ``starts`` begins a match."""
-    return cast("re.Pattern[str]", _Anchored(compiled, starts))
-
-
-class _TriggerSet:
-    """Which of several trigger lists has a substring in a lowercased text.
-
-    Short texts take ``in`` checks; long ones one RE2 set pass instead of a scan per trigger.
-    """
-
-    _LONG = 512
-
-    def __init__(self, lists: Sequence[tuple[str, ...]]) -> None:
-        self._lists = tuple(lists)
-        options = re2.Options()
-        options.log_errors = False
-        self._set = re2.Set.SearchSet(options)
-        slots: dict[str, int] = {}
-        for trigger in sorted({t for triggers in lists for t in triggers}):
-            slots[trigger] = self._set.Add(re2.escape(trigger))
-        self._set.Compile()
-        self._slots = tuple(frozenset(slots[t] for t in triggers) for triggers in lists)
-
-    def present(self, lowered: str) -> list[bool]:
-        """Per list: it is empty (always run) or one of its triggers occurs in ``lowered``."""
-        if len(lowered) < self._LONG:
-            return [not triggers or any(t in lowered for t in triggers) for triggers in self._lists]
-        hits = set(self._set.Match(lowered) or ())  # None, not [], when nothing matched
-        return [not slots or not hits.isdisjoint(slots) for slots in self._slots]
-
-
 #: Short texts (field names, reasons, messages) are remembered with their result.
 _CACHED_LENGTH = 256
 _CACHE_SIZE = 4096
@@ -754,7 +499,7 @@ class Redactor:
             (
                 # a long random-looking token of a format we don't know is a secret too
                 "secret",
-                _anchored(
+                anchored(
                     re.compile(r"(?<![\w+/-])[A-Za-z0-9_-]{24,512}+={0,2}(?![\w+/-])"),
                     r"[A-Za-z0-9_-]{24,}",
                 ),
@@ -1047,11 +792,15 @@ class Redactor:
         self._tag = re.compile(r"<[^<>]{0,2000}>")
         self._ws = re.compile(r"[ \t\f\v\u00a0\u2000-\u200b\u3000]+")
         self._escapes = re.compile(r"\\r\\n|\\n|\\r|\\t")
+        # Tried only where a run of separators starts, which the leftmost match always does, and
+        # possessive: "+" then "*" over one class once took time cubic in a run (1,600 commas in
+        # a line: 15 s), now linear.
         self._dangling = re.compile(
-            r"(?i)(?:[\s,:;(\[\-\u2014\"'])+(?:\b(?:at|in|on|to|from|by|with|for|of|via|due to"
+            r"(?i)(?<![\s,:;(\[\-\u2014\"'])[\s,:;(\[\-\u2014\"']++"
+            r"(?:\b(?:at|in|on|to|from|by|with|for|of|via|due to"
             r"|because|while|when|the|a|an|and|or|into|using|near|after|caused by|reason|is|was"
             r"|are|were|be|error|errors|fatal|warning|warn|exception|panic|sql|query|detail|hint)\b)?"
-            r"[\s,:;(\[\-\u2014\"']*$"
+            r"[\s,:;(\[\-\u2014\"']*+$"
         )
 
         # The patterns that cost most on real bodies (measured over the leak corpus and the
@@ -1066,12 +815,12 @@ class Redactor:
             "_dangling",
             "_public_id",
         ):
-            setattr(self, name, _gated(getattr(self, name)))
+            setattr(self, name, gated(getattr(self, name)))
         self._secrets = [
-            (kind, p if isinstance(p, _Fast) else _gated(p), group, on)
+            (kind, p if isinstance(p, GatedPattern) else gated(p), group, on)
             for kind, p, group, on in self._secrets
         ]
-        self._triggers = _TriggerSet([on for _, _, _, on in self._secrets])
+        self._triggers = TriggerSet([on for _, _, _, on in self._secrets])
         # a key block spans lines: it must go before the text is read line by line
         self._private_key = next(p for kind, p, _, _ in self._secrets if kind == "private_key")
 
@@ -1233,6 +982,8 @@ class Redactor:
         """A JSON body: its one message-like string, or ``""`` when it has none."""
         stripped = text.strip()
         if not stripped or stripped[0] not in "{[" or len(stripped) > 32 * self._scan_limit:
+            return None
+        if exceeds_depth(stripped):  # the stdlib parser recurses: deep text stays text
             return None
         try:
             document = json.loads(stripped)

@@ -31,19 +31,24 @@ class TemplateError(ValueError):
 def _as_int(value: Any) -> Any:
     try:
         return int(float(value))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # "1e999", "inf", "nan" from an upstream
         return None
 
 
 def _ms(value: Any) -> Any:
     try:
         return max(0, round(float(value) * 1000))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
+#: Stays ``re`` (RE2 has no ``(?![a-z])``). ``(?<!\d)``: a number is only tried from its first
+#: digit. Without it, findall tried every digit of a run, each backtracking over the rest: time
+#: quadratic in an upstream's "1111…" (20,000 digits took 39 s). A start inside a run can only
+#: reach the ends the run's first digit reached, so no match is lost, and each run is read once.
 _DURATION_PART = re.compile(
-    r"(\d+(?:\.\d+)?)\s*(ms|millis(?:econds?)?|s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?)(?![a-z])",
+    r"(?<!\d)(\d+(?:\.\d+)?)\s*"
+    r"(ms|millis(?:econds?)?|s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?)(?![a-z])",
     re.I,
 )
 _UNIT_MS = {"ms": 1, "mi": 1, "s": 1000, "se": 1000, "m": 60_000, "h": 3_600_000}
@@ -52,7 +57,15 @@ _ISO = re.compile(r"^P(?:T)?(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:
 
 
 def _duration(value: Any) -> Any:
-    """Milliseconds from "7s", "3.6s", "20ms", "2 minutes", "1m30s", "00:00:59" or "PT30S"."""
+    """Milliseconds from "7s", "3.6s", "20ms", "2 minutes", "1m30s", "00:00:59" or "PT30S";
+    None for anything else, a number too large for a float ("9" * 400 s) included."""
+    try:
+        return _duration_ms(value)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _duration_ms(value: Any) -> Any:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return _ms(value)
     if not isinstance(value, str):

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy import redact as redact_module
+from proxy import regex
 from proxy.redact import KINDS, NEUTRAL, Redactor, Scrubbed, is_internal_header
 
 CORPUS = Path(__file__).parent / "corpus" / "leaks"
@@ -595,7 +596,7 @@ def test_is_internal_header(name: str, internal: bool) -> None:
 def test_re2_gate_never_rejects_what_the_pattern_matches(pattern: str, text: str) -> None:
     """A gate may say "maybe" too often, never "no" when Python's re would match."""
     compiled = re.compile(pattern)
-    gated = redact_module._Fast(compiled)
+    gated = regex.GatedPattern(compiled)
     assert compiled.search(text) is not None
     assert gated.search(text) is not None
     assert gated.sub("X", text) == compiled.sub("X", text)
@@ -625,7 +626,7 @@ _TOKENISH = st.text(alphabet="aZ9_-=+/ .é\n", max_size=120) | st.builds(
 @given(text=st.lists(_TOKENISH, max_size=6).map("".join))
 def test_anchored_pattern_matches_exactly_like_re(text: str) -> None:
     """Trying ``re`` only where RE2 finds a candidate start changes no match."""
-    anchored = redact_module._Anchored(_TOKEN, r"[A-Za-z0-9_-]{24,}")
+    anchored = regex.AnchoredPattern(_TOKEN, r"[A-Za-z0-9_-]{24,}")
     assert anchored.sub(lambda m: f"<{m.group(0)}>", text) == _TOKEN.sub(
         lambda m: f"<{m.group(0)}>", text
     )
@@ -639,7 +640,7 @@ def test_trigger_set_agrees_with_substring_checks(text: str) -> None:
     lists = [(), ("key",), ("pwd", "token"), ("=",), ("zzz",)]
     lowered = text.lower()
     expected = [not t or any(x in lowered for x in t) for t in lists]
-    assert redact_module._TriggerSet(lists).present(lowered) == expected
+    assert regex.TriggerSet(lists).present(lowered) == expected
 
 
 @pytest.mark.parametrize(

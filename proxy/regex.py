@@ -1,0 +1,376 @@
+"""Linear-time regular expressions for untrusted text (agent requests, upstream responses).
+
+Python's ``re`` backtracks: a pattern with two quantifiers that can trade characters (``.*a.*b``)
+takes seconds on a long hostile input, and stalls the event loop for every request meanwhile. RE2
+runs in time linear in the input whatever the pattern, but has no lookarounds, backreferences or
+possessive quantifiers, and from Python each call costs a few microseconds more than ``re``.
+
+- ``Linear`` / ``linear``: an RE2 pattern, for text that is not length-capped and a pattern RE2
+  can say exactly. Total on every ``str``: lone surrogates (header bytes aiohttp decoded with
+  ``surrogateescape``) are read as U+FFFD where RE2's strict UTF-8 encoder would raise.
+- ``gated`` / ``anchored``: an ``re`` pattern whose own quantifiers are bounded or possessive,
+  behind an RE2 gate that skips it when it cannot match (``redact.py``'s patterns).
+- ``TriggerSet``: which of several lists of literals occur in a text, in one RE2 pass.
+
+``docs/design.md`` ("Regular expressions on untrusted text") lists every pattern mend runs on
+agent or upstream text, with its engine and why it is safe.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol, cast
+
+import re2
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def options() -> Any:
+    """RE2 options for mend's patterns: errors are raised to the caller, never logged by RE2."""
+    opts = re2.Options()
+    opts.log_errors = False
+    return opts
+
+
+def encodable(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD: same length, so same offsets.
+
+    RE2 reads UTF-8 and Python's strict encoder refuses surrogates. No pattern of ours names a
+    surrogate, and U+FFFD falls in every class a surrogate does (``.``, ``[^/]``, ``\\W``), so a
+    match is the same either way.
+    """
+    return _SURROGATES.sub("\ufffd", text)
+
+
+class Match(Protocol):
+    """What callers read from an RE2 match (``re2._Match``)."""
+
+    def group(self, group: int | str = 0, /) -> str | None: ...
+
+    def groupdict(self) -> dict[str, str | None]: ...
+
+    def start(self, group: int | str = 0, /) -> int: ...
+
+    def end(self, group: int | str = 0, /) -> int: ...
+
+
+class Linear:
+    """A compiled RE2 pattern, ``search`` and ``fullmatch`` as in ``re``; linear in the text."""
+
+    __slots__ = ("_re2",)
+
+    def __init__(self, compiled: Any) -> None:
+        self._re2 = compiled
+
+    def search(self, text: str) -> Match | None:
+        try:
+            return cast("Match | None", self._re2.search(text))
+        except UnicodeEncodeError:
+            return cast("Match | None", self._re2.search(encodable(text)))
+
+    def fullmatch(self, text: str) -> Match | None:
+        try:
+            return cast("Match | None", self._re2.fullmatch(text))
+        except UnicodeEncodeError:
+            return cast("Match | None", self._re2.fullmatch(encodable(text)))
+
+
+def escape(text: str) -> str:
+    """``text`` as an RE2 pattern that matches it literally."""
+    return cast(str, re2.escape(text))
+
+
+def linear(pattern: str) -> Linear:
+    """``pattern`` (RE2 syntax) compiled; raises ``re2.error`` when RE2 cannot compile it."""
+    return Linear(re2.compile(pattern, options()))
+
+
+def _finditer(compiled: Any, text: str) -> Iterator[Any]:
+    """``compiled.finditer(text)``, total on lone surrogates like ``Linear``."""
+    started = False
+    try:
+        for found in compiled.finditer(text):
+            started = True
+            yield found
+    except UnicodeEncodeError:
+        if started:  # the wrapper encodes before its first match: never happens
+            raise
+        yield from compiled.finditer(encodable(text))
+
+
+# --- RE2 gates --------------------------------------------------------------------------------
+# Python's re scans a case-insensitive alternation of words at every position of a body: a few
+# hundred microseconds for 2 KB. RE2 answers "can this match at all?" for the same pattern in a
+# few. A gate is the pattern made RE2-compatible by dropping what RE2 lacks (lookarounds,
+# possessive and atomic groups): that only ever widens what it matches, so when the gate finds
+# nothing the real pattern cannot match either, and the exact Python pattern runs only when it may.
+# A gate saves time on text that cannot match; it does not bound the time ``re`` takes when it
+# runs: the gated pattern itself must be linear (bounded or possessive quantifiers).
+
+
+def re2_source(source: str) -> str:
+    """An RE2 pattern matching at least everything the Python pattern ``source`` matches.
+
+    Raises ``re2.error`` for what cannot be widened (a backreference, ``\\W`` inside a class).
+    """
+    out: list[str] = []
+    i, n = 0, len(source)
+    after_quantifier = False
+    while i < n:
+        char = source[i]
+        if char == "\\":
+            escape, i = _escape_at(source, i)
+            out.append(_OUTSIDE.get(escape, _unicode_escape(escape)))
+            after_quantifier = False
+        elif char == "[":
+            j = i + 1
+            parts = ["["]
+            if j < n and source[j] == "^":
+                parts.append("^")
+                j += 1
+            if j < n and source[j] == "]":
+                parts.append("\\]")
+                j += 1
+            while j < n and source[j] != "]":
+                if source[j] == "\\":
+                    escape, j = _escape_at(source, j)
+                    if escape in _NEGATED:
+                        raise re2.error("a negated class escape inside a class")
+                    parts.append(_INSIDE.get(escape, _unicode_escape(escape)))
+                else:
+                    parts.append(source[j])
+                    j += 1
+            if parts[1] != "^" and re.fullmatch(source[i : j + 1], "i", re.IGNORECASE):
+                parts.append(_TURKISH_I)
+            parts.append("]")
+            out.append("".join(parts))
+            i = j + 1
+            after_quantifier = False
+        elif char == "$":
+            out.append("(?m:$)")  # Python's $ also matches before a final newline
+            i += 1
+            after_quantifier = False
+        elif source.startswith(("(?=", "(?!", "(?<=", "(?<!"), i):
+            depth, j = 0, i
+            while j < n:
+                if source[j] == "\\":
+                    j += 2
+                    continue
+                if source[j] == "[":
+                    j += 1
+                    while j < n and source[j] != "]":
+                        j += 2 if source[j] == "\\" else 1
+                elif source[j] == "(":
+                    depth += 1
+                elif source[j] == ")":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                j += 1
+            i = j + 1
+            after_quantifier = False
+        elif source.startswith("(?>", i):
+            out.append("(?:")
+            i += 3
+            after_quantifier = False
+        elif source.startswith("(?P=", i):
+            raise re2.error("backreference")
+        elif m := _GROUP_HEADER.match(source, i):
+            out.append(m.group(0))  # flags or a name: RE2 reads the same syntax
+            i = m.end()
+            after_quantifier = False
+        elif char in "*+?":
+            if after_quantifier and char == "+":
+                pass  # possessive: the greedy form matches at least as much
+            else:
+                out.append(char)
+            after_quantifier = not after_quantifier
+            i += 1
+        elif char == "{" and (m := _COUNTED.match(source, i)):
+            # counts are expanded into RE2's program; "at least one" is wider and stays small
+            out.append("*" if m.group(1) in ("", "0") else "+")
+            i = m.end()
+            after_quantifier = True
+        else:
+            out.append(f"[{char}{_TURKISH_I}]" if char in "iI" else char)
+            i += 1
+            after_quantifier = False
+    return "".join(out)
+
+
+_COUNTED = re.compile(r"\{(\d*),?\d*\}")
+_GROUP_HEADER = re.compile(r"\(\?(?:P<\w+>|[aiLmsux-]*[:)])")
+# re.I folds i with U+0130 and U+0131 (Turkish dotted and dotless i), RE2's (?i) does not: every
+# i may be one of them (only ever wider).
+_TURKISH_I = r"\x{130}\x{131}"
+# Python's \w, \d, \s are Unicode-aware and RE2's are ASCII: spell them out so the gate is
+# never narrower. \b is dropped (an assertion removed only widens a match).
+_WORD = r"\p{L}\p{M}\p{N}_"
+_SPACE = r"\s\p{Z}\x{1c}-\x{1f}\x{85}"
+_OUTSIDE = {
+    r"\w": f"[{_WORD}]",
+    r"\W": f"[^{_WORD}]",
+    r"\d": r"\p{Nd}",
+    r"\D": r"\P{Nd}",
+    r"\s": f"[{_SPACE}]",
+    r"\S": f"[^{_SPACE}]",
+    r"\b": "",
+    r"\B": "",
+    r"\Z": r"\z",
+}
+_INSIDE = {r"\w": _WORD, r"\d": r"\p{Nd}", r"\s": _SPACE}
+_NEGATED = frozenset({r"\W", r"\D", r"\S"})
+
+
+def _escape_at(source: str, i: int) -> tuple[str, int]:
+    """The escape sequence starting at ``source[i]`` (a backslash) and the index after it."""
+    nxt = source[i + 1 : i + 2]
+    if nxt == "u":
+        return source[i : i + 6], i + 6
+    if nxt == "U":
+        return source[i : i + 10], i + 10
+    if nxt == "x" and source[i + 2 : i + 3] != "{":
+        return source[i : i + 4], i + 4
+    return source[i : i + 2], i + 2
+
+
+def _unicode_escape(escape: str) -> str:
+    if escape[:2] in ("\\u", "\\U"):
+        return "\\x{" + escape[2:] + "}"
+    if escape[1:2].isdigit() and escape[1:2] != "0":
+        raise re2.error("backreference")
+    return escape
+
+
+class GatedPattern:
+    """A ``re`` pattern behind an RE2 gate; same results, run only when it may match."""
+
+    __slots__ = ("_gate", "_re")
+
+    def __init__(self, compiled: re.Pattern[str]) -> None:
+        self._re = compiled
+        flags = "".join(
+            f for f, bit in (("i", re.I), ("s", re.S), ("m", re.M)) if compiled.flags & bit
+        )
+        try:
+            source = re2_source(compiled.pattern)
+            self._gate: Linear | None = Linear(
+                re2.compile(f"(?{flags}){source}" if flags else source, options())
+            )
+        except re2.error:
+            self._gate = None  # backreferences and the like: no gate, always run
+
+    def _may_match(self, text: str) -> bool:
+        return self._gate is None or self._gate.search(text) is not None
+
+    def search(self, text: str, *args: int) -> re.Match[str] | None:
+        return self._re.search(text, *args) if self._may_match(text) else None
+
+    def sub(self, repl: Any, text: str, count: int = 0) -> str:
+        return self._re.sub(repl, text, count=count) if self._may_match(text) else text
+
+    def finditer(self, text: str, *args: int) -> Iterator[re.Match[str]]:
+        return self._re.finditer(text, *args) if self._may_match(text) else iter(())
+
+    def findall(self, text: str, *args: int) -> list[Any]:
+        return self._re.findall(text, *args) if self._may_match(text) else []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._re, name)  # match, fullmatch, split, pattern: anchored or cheap
+
+
+class AnchoredPattern(GatedPattern):
+    """A pattern that can only match where the RE2 pattern ``starts`` starts a match.
+
+    ``re`` tries a lookbehind at every offset of a text; RE2 finds the few candidate offsets in
+    one linear pass, and ``re`` confirms each one from there. Same matches, a fraction of the work
+    on long bodies.
+    """
+
+    __slots__ = ("_starts",)
+
+    def __init__(self, compiled: re.Pattern[str], starts: str) -> None:
+        super().__init__(compiled)
+        self._starts: Any = re2.compile(starts, options())
+
+    def finditer(self, text: str, *args: int) -> Iterator[re.Match[str]]:
+        if args:
+            return super().finditer(text, *args)
+        return self._confirmed(text)
+
+    def _confirmed(self, text: str) -> Iterator[re.Match[str]]:
+        end = 0
+        for candidate in _finditer(self._starts, text):
+            if candidate.start() < end:
+                continue
+            match = self._re.match(text, candidate.start())
+            if match is not None:
+                end = max(match.end(), match.start() + 1)
+                yield match
+
+    def search(self, text: str, *args: int) -> re.Match[str] | None:
+        if args:
+            return super().search(text, *args)
+        return next(self._confirmed(text), None)
+
+    def findall(self, text: str, *args: int) -> list[Any]:
+        if args:
+            return super().findall(text, *args)
+        return [m.group(0) for m in self._confirmed(text)]
+
+    def sub(self, repl: Any, text: str, count: int = 0) -> str:
+        parts: list[str] = []
+        last = 0
+        for done, match in enumerate(self._confirmed(text), 1):
+            parts.append(text[last : match.start()])
+            parts.append(repl(match) if callable(repl) else match.expand(repl))
+            last = match.end()
+            if done == count:
+                break
+        if not parts:
+            return text
+        parts.append(text[last:])
+        return "".join(parts)
+
+
+def gated(compiled: re.Pattern[str]) -> re.Pattern[str]:
+    """``compiled`` behind an RE2 gate (typed as the pattern it stands in for)."""
+    return cast("re.Pattern[str]", GatedPattern(compiled))
+
+
+def anchored(compiled: re.Pattern[str], starts: str) -> re.Pattern[str]:
+    """``compiled``, tried only where the RE2 pattern ``starts`` begins a match."""
+    return cast("re.Pattern[str]", AnchoredPattern(compiled, starts))
+
+
+class TriggerSet:
+    """Which of several trigger lists has a substring in a lowercased text.
+
+    Short texts take ``in`` checks; long ones one RE2 set pass instead of a scan per trigger.
+    """
+
+    _LONG = 512
+
+    def __init__(self, lists: Sequence[tuple[str, ...]]) -> None:
+        self._lists = tuple(lists)
+        self._set = re2.Set.SearchSet(options())
+        slots: dict[str, int] = {}
+        for trigger in sorted({t for triggers in lists for t in triggers}):
+            slots[trigger] = self._set.Add(re2.escape(trigger))
+        self._set.Compile()
+        self._slots = tuple(frozenset(slots[t] for t in triggers) for triggers in lists)
+
+    def present(self, lowered: str) -> list[bool]:
+        """Per list: it is empty (always run) or one of its triggers occurs in ``lowered``."""
+        if len(lowered) < self._LONG:
+            return [not triggers or any(t in lowered for t in triggers) for triggers in self._lists]
+        hits = set(self._match(lowered) or ())  # None, not [], when nothing matched
+        return [not slots or not hits.isdisjoint(slots) for slots in self._slots]
+
+    def _match(self, lowered: str) -> list[int] | None:
+        try:
+            return cast("list[int] | None", self._set.Match(lowered))
+        except UnicodeEncodeError:
+            return cast("list[int] | None", self._set.Match(encodable(lowered)))

@@ -6,6 +6,7 @@ Like httpx's ``map_httpcore_exceptions``: the forwarder wraps the upstream call 
 
 from __future__ import annotations
 
+import ssl
 from types import TracebackType
 from typing import Any
 
@@ -35,6 +36,15 @@ class UpstreamTimeout(ProxyFailure):
 
 class UpstreamProtocolError(ProxyFailure):
     rule, reason, status = "proxy.upstream_protocol_error", "protocol_error", 502
+
+
+class UpstreamTLSError(ProxyFailure):
+    """No trusted TLS connection to the upstream: a certificate mend rejects, or a handshake the
+    upstream refuses. Not transient: the same request fails the same way until someone fixes a
+    certificate or the configuration. The detail (the reason, for the operator's log) comes from
+    ``tls_failure``; the certificate itself never reaches the agent."""
+
+    rule, reason, status = "proxy.upstream_tls_error", "tls_error", 502
 
 
 class UpstreamResponseTooLarge(ProxyFailure):
@@ -97,6 +107,72 @@ class ProxyBug(ProxyFailure):
     upstream = False
 
 
+#: OpenSSL's verify codes (``X509_V_ERR_*``) by the kind of problem an operator looks for.
+_VERIFY_KINDS = {
+    2: "unknown CA",  # unable to get issuer certificate
+    9: "not yet valid",
+    10: "expired",
+    18: "unknown CA",  # self-signed certificate
+    19: "unknown CA",  # self-signed certificate in certificate chain
+    20: "unknown CA",  # unable to get local issuer certificate
+    21: "unknown CA",  # unable to verify the first certificate
+    23: "revoked",
+    62: "name mismatch",  # hostname mismatch
+    64: "name mismatch",  # IP address mismatch
+}
+
+#: OpenSSL's reasons for a refused handshake, as an operator would say them.
+_HANDSHAKE_REASONS = {
+    "TLSV13_ALERT_CERTIFICATE_REQUIRED": "client certificate required by the upstream",
+    "SSLV3_ALERT_BAD_CERTIFICATE": "client certificate rejected by the upstream",
+    "SSLV3_ALERT_CERTIFICATE_EXPIRED": "client certificate expired, says the upstream",
+    "SSLV3_ALERT_CERTIFICATE_UNKNOWN": "client certificate rejected by the upstream",
+    "TLSV1_ALERT_UNKNOWN_CA": "client certificate's CA unknown to the upstream",
+    "SSLV3_ALERT_HANDSHAKE_FAILURE": "handshake refused by the upstream (no common cipher, "
+    "or a client certificate it requires)",
+    "TLSV1_ALERT_PROTOCOL_VERSION": "no TLS version in common with the upstream",
+    "UNSUPPORTED_PROTOCOL": "no TLS version in common with the upstream",
+    "WRONG_VERSION_NUMBER": "the upstream does not speak TLS on this port (http:// upstream?)",
+    "TLSV1_UNRECOGNIZED_NAME": "server name unknown to the upstream",
+}
+
+
+def tls_failure(error: ssl.SSLError) -> UpstreamTLSError:
+    """The failure for a TLS error, its detail the reason in an operator's words (expired,
+    unknown CA, name mismatch, client certificate required...) and OpenSSL's own."""
+    if isinstance(error, ssl.SSLCertVerificationError):
+        kind = _VERIFY_KINDS.get(error.verify_code, "rejected")
+        return UpstreamTLSError(f"upstream certificate {kind}: {error.verify_message or error}")
+    reason = getattr(error, "reason", None)  # set by OpenSSL's errors only
+    said = _HANDSHAKE_REASONS.get(reason or "")
+    if said is not None:
+        return UpstreamTLSError(f"TLS handshake failed: {said} ({reason})")
+    return UpstreamTLSError(f"TLS failed: {reason or error}")
+
+
+def _tls_error(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind what aiohttp raised, if one is: its connector wraps handshake and
+    certificate errors (``ClientConnectorCertificateError``, ``ClientSSLError``); an alert the
+    upstream sends after the handshake (TLS 1.3: a client certificate it requires) arrives as a
+    ``ClientOSError`` caused by an ``ssl.SSLError``.
+
+    A TLS connection the upstream just closes (``SSLEOFError``, ``SSLZeroReturnError``) is not
+    one: like a TCP reset, it may be a restart, and stays unreachable or a protocol error.
+    """
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        candidates: tuple[object, ...] = (exc.certificate_error,)
+    elif isinstance(exc, aiohttp.ClientError):  # ClientConnectorSSLError is an SSLError itself
+        candidates = (getattr(exc, "os_error", None), exc.__cause__)
+    else:
+        candidates = (exc,)
+    for error in candidates:
+        if isinstance(error, ssl.SSLError) and not isinstance(
+            error, ssl.SSLEOFError | ssl.SSLZeroReturnError
+        ):
+            return error
+    return None
+
+
 def _own_cause(exc: BaseException) -> ProxyFailure | None:
     cause = exc.__cause__
     for _ in range(3):
@@ -129,6 +205,9 @@ class upstream_errors:  # lower case: used as ``with upstream_errors():``, like 
             raise own from exc
         if isinstance(exc, TimeoutError):  # aiohttp's connect and read timeouts included
             raise UpstreamTimeout(type(exc).__name__) from exc
+        if isinstance(exc, OSError) and (tls := _tls_error(exc)) is not None:
+            # before the generic connector error: a certificate is not a host that is down
+            raise tls_failure(tls) from exc
         if isinstance(exc, aiohttp.ClientConnectorError):
             raise UpstreamUnreachable(str(exc.os_error) or type(exc).__name__) from exc
         if isinstance(exc, (aiohttp.ClientError, OSError, ValueError)):

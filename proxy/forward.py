@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp.connector import Connection
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.failures import UpstreamProtocolError
+
+if TYPE_CHECKING:
+    from proxy.tls import ClientTLS
 
 HOP_BY_HOP = frozenset(
     {
@@ -184,26 +187,51 @@ def interim_limited(limit: int, window_s: float) -> type[aiohttp.ClientResponse]
     return InterimLimitedResponse
 
 
+def _named_request(server_name: str) -> type[VerbatimRequest]:
+    """A request class that sends ``server_name`` in SNI and checks it in the upstream's
+    certificate: aiohttp's ``server_hostname``, which is per request, given on every one."""
+
+    class NamedRequest(VerbatimRequest):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["server_hostname"] = server_name
+            super().__init__(*args, **kwargs)
+
+    return NamedRequest
+
+
 @dataclass
 class Upstreams:
     """One ``ClientSession`` (one connection pool) per route, created lazily.
 
     Sessions have no ``base_url``: the proxy passes absolute URLs built from the route's
-    configured origin (``proxy/target.py``), so no request target can name another host.
+    configured origin (``proxy/target.py``), so no request target can name another host. A
+    route with a ``tls:`` block connects with its own context (``proxy/tls.py``); others with
+    aiohttp's default, the system's CAs.
     """
 
     max_interim_responses: int = 8
+    #: by route name: the TLS context and server name of each route with a ``tls:`` block
+    tls: dict[str, ClientTLS] = field(default_factory=dict)
     _sessions: dict[str, aiohttp.ClientSession] = field(default_factory=dict)
 
     def session(self, route: str, read_timeout: float) -> aiohttp.ClientSession:
         session = self._sessions.get(route)
         if session is None:
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=60, enable_cleanup_closed=True)
+            tls = self.tls.get(route)
+            connector = aiohttp.TCPConnector(
+                limit=0,
+                ttl_dns_cache=60,
+                enable_cleanup_closed=True,
+                ssl=True if tls is None else tls.context,
+            )
+            request_class = VerbatimRequest
+            if tls is not None and tls.server_name is not None:
+                request_class = _named_request(tls.server_name)
             session = aiohttp.ClientSession(
                 connector=connector,
                 # bytes pass through as the upstream sent them; error bodies are decoded by us
                 auto_decompress=False,
-                request_class=VerbatimRequest,
+                request_class=request_class,
                 response_class=interim_limited(self.max_interim_responses, read_timeout),
                 cookie_jar=aiohttp.DummyCookieJar(),
                 trust_env=False,

@@ -25,6 +25,7 @@ from pathlib import Path
 from structlog.typing import FilteringBoundLogger
 
 from proxy.engine import Engine, RuleStore
+from proxy.redaction.detectors import shipped_directory
 from proxy.rulefile import RuleError
 from proxy.settings import Settings
 
@@ -56,10 +57,21 @@ def reload_rules(
 
 
 def watched_paths(settings: Settings) -> list[Path]:
-    """Every rule file or directory the settings name, shared and per route."""
-    paths = [*settings.rule_paths()]
+    """Every rule file or directory the settings name, shared and per route, the detector files
+    redaction runs (shipped and the operator's), and the certificates the listeners serve (they
+    reload with the rules: ``proxy/tls.py``)."""
+    paths = [*settings.rule_paths(), shipped_directory(), *settings.redaction.detectors]
     for route in settings.routes:
         paths.extend(route.rules)
+        paths.extend(route.redaction.detectors)
+    for tls_file in (
+        settings.tls_cert,
+        settings.tls_key,
+        settings.admin_tls_cert,
+        settings.admin_tls_key,
+    ):
+        if tls_file is not None:
+            paths.append(tls_file)
     return list(dict.fromkeys(paths))
 
 

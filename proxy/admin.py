@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 
 import orjson
 from aiohttp import web
-from aiohttp.typedefs import Handler
+from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CollectorRegistry
 from prometheus_client.aiohttp import make_aiohttp_handler
 from structlog.typing import FilteringBoundLogger
 
 from proxy.engine import RuleStore
+from proxy.health import HealthChecks
 from proxy.logs import make_logger
 from proxy.rulefile import RuleError
 from proxy.watch import reload_rules
@@ -21,15 +23,38 @@ async def healthz(_: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
+def bearer_guard(token: str) -> Middleware:
+    """A middleware that lets a mutating request (not GET or HEAD) through only with
+    ``Authorization: Bearer <token>``; reads (``/metrics``, health) stay open, as Prometheus
+    and the kubelet expect. Compared in constant time."""
+    expected = f"Bearer {token}".encode()
+
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method in ("GET", "HEAD"):
+            return await handler(request)
+        given = request.headers.get("Authorization", "").encode("utf-8", "replace")
+        if not hmac.compare_digest(given, expected):
+            return web.json_response(
+                {"status": "unauthorized", "detail": "send Authorization: Bearer <admin token>"},
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="mend admin"'},
+            )
+        return await handler(request)
+
+    return guard
+
+
 def admin_application(
-    registry: CollectorRegistry, *, readyz: Handler, reload: Handler
+    registry: CollectorRegistry, *, readyz: Handler, reload: Handler, token: str | None = None
 ) -> web.Application:
     """The admin port's routes.
 
     One process and the ``--workers`` supervisor differ only in what ready means and in how a
-    reload reaches the rules.
+    reload reaches the rules. With ``token`` (``admin_token``, ``MEND_ADMIN_TOKEN``), mutating
+    endpoints need it as a bearer token.
     """
-    app = web.Application()
+    app = web.Application(middlewares=[bearer_guard(token)] if token else [])
     app.router.add_get("/metrics", make_aiohttp_handler(registry))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -41,11 +66,17 @@ def create_admin_app(
     store: RuleStore,
     registry: CollectorRegistry,
     logger: FilteringBoundLogger | None = None,
+    token: str | None = None,
+    health: HealthChecks | None = None,
 ) -> web.Application:
     log = logger or make_logger()
 
     async def readyz(_: web.Request) -> web.Response:
         rules = store.engine.rule_count
+        if health is not None and (unhealthy := health.unready()):
+            return web.json_response(
+                {"status": "unready", "rules": rules, "unhealthy": unhealthy}, status=503
+            )
         return web.json_response({"status": "ready", "rules": rules})
 
     async def reload(_: web.Request) -> web.Response:
@@ -62,4 +93,4 @@ def create_admin_app(
             )
         return web.json_response({"status": "reloaded", "rules": engine.rule_count})
 
-    return admin_application(registry, readyz=readyz, reload=reload)
+    return admin_application(registry, readyz=readyz, reload=reload, token=token)

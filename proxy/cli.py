@@ -7,8 +7,10 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 try:  # optional: a faster event loop where it is installed (the `speed` extra)
     import uvloop
@@ -18,10 +20,14 @@ except ImportError:  # pragma: no cover - exercised only where uvloop is absent
 from proxy import __version__, ruletest
 from proxy import explain as explaining
 from proxy.engine import Engine
+from proxy.protocols.base import ProtocolName
+from proxy.redaction import explain as redaction_explain
+from proxy.redaction.sets import build_set, load_shipped
 from proxy.rulefile import RuleError, load_rules, rule_files
 from proxy.ruleset import RuleSet
 from proxy.server import serve
 from proxy.settings import PACKAGED_RULES, Settings, load_settings
+from proxy.tls import TLSFileError, check_files
 from proxy.workers import run_workers
 
 
@@ -35,6 +41,8 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
         overrides["default_packs"] = False
     if getattr(args, "workers", None):
         overrides["workers"] = args.workers
+    overrides.update(_listener_tls(args))
+    upstream_tls = _upstream_tls(args)
     if args.config:
         settings = load_settings(Path(args.config), overrides)
         if args.rules:
@@ -43,7 +51,7 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
             )
         return settings
     if not args.upstream:
-        raise SystemExit("mend run: give --upstream URL or --config FILE")
+        raise StartupError("give --upstream URL or --config FILE")
     try:
         return Settings.model_validate(
             {
@@ -53,6 +61,8 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
                         "prefix": "/",
                         "upstream": args.upstream,
                         "success_rules": args.success_rules or [],
+                        **({"protocol": args.protocol} if args.protocol else {}),
+                        **({"tls": upstream_tls} if upstream_tls else {}),
                         **({"read_timeout": args.read_timeout} if args.read_timeout else {}),
                         **(
                             {"connect_timeout": args.connect_timeout}
@@ -65,8 +75,99 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
                 **overrides,
             }
         )
-    except ValueError as exc:
-        raise SystemExit(f"mend run: {exc}") from None
+    except ValidationError as exc:
+        errors = exc.errors()
+        # a route that fails leaves "routes" empty, and pydantic says so too: not the news
+        specific = [e for e in errors if tuple(e["loc"]) != ("routes",)] or errors
+        raise StartupError(*map(_flag_problem, specific)) from None
+
+
+class StartupError(Exception):
+    """A problem with ``mend run``'s flags or environment, said in one line each."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+#: The flag that sets each settings field in the single-upstream form.
+_FLAGS = {
+    "upstream": "--upstream",
+    "listen": "--listen",
+    "admin_listen": "--admin-listen",
+    "read_timeout": "--read-timeout",
+    "connect_timeout": "--connect-timeout",
+    "workers": "--workers",
+    "rules": "--rules",
+}
+
+
+#: ``mend run`` flags for TLS: the listeners' (with --upstream or --config), the upstream's.
+_LISTENER_TLS_FLAGS = {
+    "tls_cert": "--tls-cert",
+    "tls_key": "--tls-key",
+    "admin_tls_cert": "--admin-tls-cert",
+    "admin_tls_key": "--admin-tls-key",
+}
+_UPSTREAM_TLS_FLAGS = {
+    "ca_file": "--upstream-ca",
+    "cert_file": "--upstream-cert",
+    "key_file": "--upstream-key",
+    "server_name": "--upstream-server-name",
+}
+_FLAGS.update(_LISTENER_TLS_FLAGS)
+_FLAGS.update(_UPSTREAM_TLS_FLAGS)
+
+
+def _given(args: argparse.Namespace, flags: dict[str, str]) -> dict[str, str]:
+    """``{setting: value}`` for each of ``flags`` given on the command line."""
+    values = {key: getattr(args, flag[2:].replace("-", "_"), None) for key, flag in flags.items()}
+    return {key: value for key, value in values.items() if value}
+
+
+def _listener_tls(args: argparse.Namespace) -> dict[str, str]:
+    """The listeners' certificate flags given, as settings."""
+    given = _given(args, _LISTENER_TLS_FLAGS)
+    for key, cert in (("tls_key", "tls_cert"), ("admin_tls_key", "admin_tls_cert")):
+        if key in given and cert not in given and not args.config:
+            flag, needed = _LISTENER_TLS_FLAGS[key], _LISTENER_TLS_FLAGS[cert]
+            raise StartupError(f"{flag}: needs {needed} (the certificate it is the key of)")
+    return given
+
+
+def _upstream_tls(args: argparse.Namespace) -> dict[str, str]:
+    """The ``--upstream-*`` TLS flags given, as the single route's ``tls:`` block."""
+    given = _given(args, _UPSTREAM_TLS_FLAGS)
+    if given and args.config:
+        flag = _UPSTREAM_TLS_FLAGS[next(iter(given))]
+        raise StartupError(f"{flag}: applies to --upstream; give the config's route a tls: block")
+    if "key_file" in given and "cert_file" not in given:
+        raise StartupError("--upstream-key: needs --upstream-cert (the client certificate)")
+    return given
+
+
+def _tls_problem(exc: TLSFileError, args: argparse.Namespace) -> str:
+    """``--tls-cert FILE: reason`` for a file given by a flag, else the config's key for it."""
+    setting = exc.setting
+    if setting in _LISTENER_TLS_FLAGS and getattr(args, setting, None):
+        setting = _LISTENER_TLS_FLAGS[setting]
+    elif not args.config and setting.startswith("routes[default].tls."):
+        setting = _UPSTREAM_TLS_FLAGS[setting.rpartition(".")[2]]
+    elif args.config:
+        setting = f"{args.config}: {setting}"
+    return f"{setting} {exc.path}: {exc.reason}"
+
+
+def _flag_problem(error: Any) -> str:
+    """``--upstream: upstream 'localhost:1' must be an http:// or https:// URL with a host``."""
+    name = next((str(p) for p in reversed(error["loc"]) if str(p) in _FLAGS), None)
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{_FLAGS[name]}: {message}" if name else message
+
+
+def _listen_problem(exc: OSError) -> str:
+    """A failed bind, in asyncio's words, which name the address and the reason."""
+    return f"cannot listen: {exc.strerror or exc}"
 
 
 def install_uvloop() -> None:
@@ -74,19 +175,40 @@ def install_uvloop() -> None:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
+def _errors(problems: Sequence[str]) -> int:
+    """Start-up problems, one ``mend: error:`` line each (no traceback); exit status 2."""
+    print("\n".join(f"mend: error: {problem}" for problem in problems), file=sys.stderr)
+    return 2
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         settings = _settings_from_args(args)
         Engine.load(settings)  # refuse to start on the errors `mend check` reports
     except RuleError as exc:  # one line a problem, as the logs and `mend check` say it
-        print("\n".join(f"mend: error: {problem}" for problem in exc.problems), file=sys.stderr)
-        return 2
+        return _errors(exc.problems)
+    except StartupError as exc:
+        return _errors(exc.problems)
+    if tls_problems := check_files(settings):  # certificates, keys and CAs load, or no start
+        return _errors([_tls_problem(exc, args) for exc in tls_problems])
     if settings.workers > 1:
         run_workers(settings)
         return 0
     install_uvloop()
-    asyncio.run(serve(settings))
+    try:
+        asyncio.run(serve(settings))
+    except OSError as exc:  # a listener could not bind: the port is taken, or not ours to take
+        return _errors([_listen_problem(exc)])
     return 0
+
+
+def _config(args: argparse.Namespace) -> int:
+    """``mend config --schema``: the config file's JSON Schema, for editors and CI."""
+    if args.schema:
+        print(orjson.dumps(Settings.model_json_schema(), option=orjson.OPT_INDENT_2).decode())
+        return 0
+    print("mend config: give --schema", file=sys.stderr)
+    return 2
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -95,6 +217,9 @@ def _check(args: argparse.Namespace) -> int:
         if args.config:
             settings = load_settings(Path(args.config))
             engine = Engine.load(settings)
+            if tls_problems := check_files(settings):  # the certificates it would serve with
+                print("\n".join(str(problem) for problem in tls_problems), file=sys.stderr)
+                return 1
             print(f"ok: {args.config}: {engine.rule_count} rules, {len(settings.routes)} routes")
             if not args.paths:
                 return _coverage(args, settings, engine) if args.coverage else 0
@@ -147,6 +272,11 @@ def _test(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    if args.redact is not None:
+        return _explain_redaction(args)
+    if args.status is None:
+        print("mend explain: give --status (or --redact FILE)", file=sys.stderr)
+        return 2
     try:
         if args.body_file:
             body_file: Path | None = Path(args.body_file)
@@ -180,12 +310,56 @@ def _explain(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"mend explain: {exc}", file=sys.stderr)
         return 2
-    result = explaining.explain(engine, route.name, exchange, explaining.build_options(settings))
+    try:
+        request_body = _request_body(args)
+    except OSError as exc:
+        print(f"mend explain: {exc}", file=sys.stderr)
+        return 2
+    result = explaining.explain(
+        engine, route.name, exchange, explaining.build_options(settings), request_body
+    )
     if args.json:
         print(orjson.dumps(explaining.as_json(result, show_all=args.all)).decode())
     else:
         print(explaining.as_text(result, show_all=args.all))
     return 0
+
+
+def _explain_redaction(args: argparse.Namespace) -> int:
+    """``explain --redact FILE``: the text as an agent and as the log get it, act by act, with
+    the shipped detectors (and, with ``--config``, the route's ``redaction:`` additions)."""
+    try:
+        if args.redact == "-":
+            text = sys.stdin.read()
+        else:
+            text = Path(args.redact).read_bytes().decode("utf-8", errors="replace")
+        if args.config:
+            settings = load_settings(Path(args.config))
+            route = explaining.route_for(settings, args.route, args.path)
+            detectors = Engine.load(settings).redactor_for(route.name).detectors
+        else:
+            detectors = build_set(load_shipped())
+    except RuleError as exc:
+        print("\n".join(exc.problems), file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
+        print(f"mend explain: {exc}", file=sys.stderr)
+        return 2
+    explained = redaction_explain.explain_text(text, detectors)
+    if args.json:
+        print(orjson.dumps(redaction_explain.as_json(explained)).decode())
+    else:
+        print(redaction_explain.as_text(explained), end="")
+    return 0
+
+
+def _request_body(args: argparse.Namespace) -> explaining.RequestBody:
+    """``--protocol`` and the request's body and query, for a protocol's answer."""
+    if args.request_body_file:
+        body: bytes | None = Path(args.request_body_file).read_bytes()
+    else:
+        body = args.request_body.encode() if args.request_body is not None else None
+    return explaining.RequestBody(ProtocolName(args.protocol), body, args.query or "")
 
 
 def _status(text: str) -> int:
@@ -215,14 +389,37 @@ def _parser() -> argparse.ArgumentParser:
         "--success-rules",
         action="append",
         metavar="GLOB",
-        help="ids of 2xx-matching rules to run, e.g. 'graphql.*' (repeatable; with --upstream)",
+        help="ids of 2xx-matching rules to run, e.g. 'slack.*' (repeatable; with --upstream)",
     )
-    run.add_argument("--read-timeout", type=float, help="seconds (with --upstream; default 30)")
+    run.add_argument(
+        "--protocol",
+        choices=[p.value for p in ProtocolName],
+        help="what agents speak (with --upstream): auto (default, detected per request), "
+        "http, jsonrpc, mcp, graphql",
+    )
+    run.add_argument(
+        "--read-timeout", type=float, help="seconds to the response headers (default 60)"
+    )
     run.add_argument("--connect-timeout", type=float, help="seconds (with --upstream; default 5)")
     run.add_argument(
         "--workers", type=int, help="processes sharing the agent port (SO_REUSEPORT); default 1"
     )
     run.add_argument("--no-default-packs", action="store_true", help="do not load rules/ packs")
+    tls = run.add_argument_group("TLS (certificates reload with the rules: SIGHUP, POST /-/reload)")
+    tls.add_argument("--tls-cert", metavar="FILE", help="serve agents HTTPS with this PEM chain")
+    tls.add_argument("--tls-key", metavar="FILE", help="its key (default: in the --tls-cert file)")
+    tls.add_argument("--admin-tls-cert", metavar="FILE", help="serve the admin port HTTPS")
+    tls.add_argument("--admin-tls-key", metavar="FILE", help="its key (default: in the cert file)")
+    tls.add_argument(
+        "--upstream-ca", metavar="FILE", help="CAs to verify the upstream by, not the system's"
+    )
+    tls.add_argument("--upstream-cert", metavar="FILE", help="client certificate (mutual TLS)")
+    tls.add_argument("--upstream-key", metavar="FILE", help="its key (default: in the cert file)")
+    tls.add_argument(
+        "--upstream-server-name",
+        metavar="NAME",
+        help="name to send in SNI and check in the upstream's certificate (default: its host)",
+    )
     run.set_defaults(handler=_run)
 
     check = sub.add_parser("check", help="validate rule files")
@@ -247,8 +444,17 @@ def _parser() -> argparse.ArgumentParser:
     test.add_argument("--no-default-packs", action="store_true", help="do not load rules/ packs")
     test.set_defaults(handler=_test)
 
+    config = sub.add_parser("config", help="about the config file")
+    config.add_argument("--schema", action="store_true", help="print its JSON Schema")
+    config.set_defaults(handler=_config)
+
     exp = sub.add_parser("explain", help="show which rule a response matches, and why")
-    exp.add_argument("--status", type=_status, required=True, help="the upstream's status")
+    exp.add_argument("--status", type=_status, help="the upstream's status (required)")
+    exp.add_argument(
+        "--redact",
+        metavar="FILE",
+        help="instead: which detector masks or removes which span of FILE's text ('-': stdin)",
+    )
     exp.add_argument("--header", action="append", help="response header 'Name: value'")
     body = exp.add_mutually_exclusive_group()
     body.add_argument("--body-file", help="response body (Content-Type from .json/.html/.txt/.xml)")
@@ -256,6 +462,16 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--method", default="GET", help="request method (default GET)")
     exp.add_argument("--path", default="/", help="request path (default /)")
     exp.add_argument("--request-header", action="append", help="request header 'Name: value'")
+    exp.add_argument(
+        "--protocol",
+        choices=[p.value for p in ProtocolName],
+        default=ProtocolName.HTTP.value,
+        help="answer in the agent's protocol: auto, jsonrpc, mcp, graphql (default http)",
+    )
+    request_body = exp.add_mutually_exclusive_group()
+    request_body.add_argument("--request-body", help="the request's body (a JSON-RPC call...)")
+    request_body.add_argument("--request-body-file", help="the request's body, from a file")
+    exp.add_argument("--query", help="the request's query string, without '?'")
     exp.add_argument("--rules", action="append", help="rule file or directory (repeatable)")
     exp.add_argument("--config", help="use this config's rules and routes")
     exp.add_argument("--route", help="route name (default: the route whose prefix fits --path)")
@@ -271,4 +487,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    return int(args.handler(args))
+    try:
+        return int(args.handler(args))
+    except BrokenPipeError:  # `mend config --schema | head`: the reader left, nothing to say
+        sys.stderr.close()
+        return 0

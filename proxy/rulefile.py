@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from proxy.envelope import Action, Category, Severity
 from proxy.query import Query, compile_query
+from proxy.rulecheck import undefined_variables
 from proxy.template import Template, TemplateError
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -150,9 +151,23 @@ class When(_Model):
     content_type: str | list[str] | None = None
     body: str | None = None
     json_: list[JsonCondition] | None = Field(default=None, alias="json")
+    #: the protocol the agent speaks (proxy/protocols): http, jsonrpc (MCP included), mcp, graphql
+    protocol: str | list[str] | None = None
+    #: the MCP tool a ``tools/call`` names, and the JSON-RPC method: names or globs
+    tool: str | list[str] | None = None
+    rpc_method: str | list[str] | None = None
     all: list[When] | None = None
     any: list[When] | None = None
     not_: When | None = Field(default=None, alias="not")
+
+    @field_validator("protocol")
+    @classmethod
+    def _protocol(cls, value: str | list[str] | None) -> str | list[str] | None:
+        known = ("http", "jsonrpc", "mcp", "graphql")
+        for item in [value] if isinstance(value, str) else value or []:
+            if item not in known:
+                raise ValueError(f"protocol {item!r} is not one of {', '.join(known)}")
+        return value
 
     @field_validator("status")
     @classmethod
@@ -229,6 +244,16 @@ class EnvelopeSpec(_Model):
     next_operation_args: dict[str, Any] | None = None
     related_codes: list[str] = []
     retry_after_ms: int | str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_retryable(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "retryable" in data:
+            raise ValueError(
+                "retryable is not set in a rule: it follows from action "
+                "(action: retry is retryable, every other action is not)"
+            )
+        return data
 
     @field_validator("code")
     @classmethod
@@ -447,8 +472,14 @@ def _line_for(loc: tuple[Any, ...], lines: Lines) -> int:
 
 def validation_problems(exc: ValidationError, name: str, lines: Lines) -> list[str]:
     problems = []
-    for error in exc.errors():
+    errors = exc.errors()
+    failing = [tuple(error["loc"]) for error in errors]
+    for error in errors:
         loc = tuple(error["loc"])
+        if error["type"] == "too_short" and any(
+            len(other) > len(loc) and other[: len(loc)] == loc for other in failing
+        ):
+            continue  # "routes: at least 1 item" because its only item failed: not the news
         where = ".".join(str(p) for p in loc) or "(top)"
         message = error["msg"].removeprefix("Value error, ")
         problems.append(f"{name}:{_line_for(loc, lines)}: {where}: {message}")
@@ -471,10 +502,18 @@ def load_rule_text(text: str, name: str, default_pack: str) -> list[LoadedRule]:
     if not parsed.enabled:
         return []
     pack = parsed.pack or default_pack
-    return [
+    loaded = [
         LoadedRule(rule, pack, f"{name}:{lines.get(('rules', i), 1)}")
         for i, rule in enumerate(parsed.rules)
     ]
+    problems = [
+        f"{rule.source}: {problem}"
+        for rule in loaded
+        for problem in undefined_variables(rule.spec, pack)
+    ]
+    if problems:
+        raise RuleError(problems)
+    return loaded
 
 
 def rule_files(paths: Iterable[Path]) -> Iterator[Path]:

@@ -21,10 +21,12 @@ from proxy import __version__
 from proxy.admin import create_admin_app
 from proxy.app import create_app
 from proxy.engine import Engine, RuleStore
+from proxy.health import health_checks
 from proxy.limits import FdWatch, connection_budget, raise_nofile
 from proxy.logs import LineWriter, make_logger, route_stdlib_logging
 from proxy.rulefile import RuleError
 from proxy.settings import Settings, parse_hostport
+from proxy.tls import ListenerCertificate, reload_counter
 from proxy.watch import RuleWatcher, reload_rules
 
 #: Request log lines reach stdout at most this late (warnings and errors at once): see LineWriter.
@@ -134,24 +136,42 @@ async def _serve(settings: Settings, logger: FilteringBoundLogger, *, worker: bo
     loop = asyncio.get_running_loop()
     store.on_reload.append(settle_after_reloads(loop))
     grace = settings.shutdown_timeout
-    sites: list[tuple[web.BaseRunner, str]] = [
-        (web.ServerRunner(server, shutdown_timeout=grace), settings.listen)
+    # the admin port's readiness: a worker has none (its supervisor checks)
+    health = None if worker else health_checks(settings, logger)
+    # certificates reload with the rules: SIGHUP, POST /-/reload and the watcher reach them all
+    tls_reloads = reload_counter(registry)
+    certificate = ListenerCertificate.for_listener(settings, "agent", logger, tls_reloads)
+    sites: list[tuple[web.BaseRunner, str, ListenerCertificate | None]] = [
+        (web.ServerRunner(server, shutdown_timeout=grace), settings.listen, certificate)
     ]
     if not worker:
-        admin = create_admin_app(store, registry, logger)
+        admin = create_admin_app(
+            store, registry, logger, token=settings.admin_token, health=health
+        )
         sites.append(
-            (web.AppRunner(admin, access_log=None, shutdown_timeout=grace), settings.admin_listen)
+            (
+                web.AppRunner(admin, access_log=None, shutdown_timeout=grace),
+                settings.admin_listen,
+                ListenerCertificate.for_listener(settings, "admin", logger, tls_reloads),
+            )
         )
     settle_heap()
-    for runner, address in sites:
+    for runner, address, cert in sites:
         await runner.setup()
         host, port = parse_hostport(address)
-        await web.TCPSite(runner, host, port, backlog=1024, reuse_port=worker or None).start()
+        ssl_context = None
+        if cert is not None:
+            store.on_reload.append(cert.on_reload)
+            ssl_context = cert.context
+        await web.TCPSite(
+            runner, host, port, backlog=1024, reuse_port=worker or None, ssl_context=ssl_context
+        ).start()
     logger.info(
         "started",
         version=__version__,
         listen=settings.listen,
         admin_listen=None if worker else settings.admin_listen,
+        tls=[cert.listener for _, _, cert in sites if cert is not None] or None,
         worker=worker or None,
         rules=store.engine.rule_count,
         routes=[r.name for r in settings.routes],
@@ -164,12 +184,16 @@ async def _serve(settings: Settings, logger: FilteringBoundLogger, *, worker: bo
         watcher.start()
     files = FdWatch(logger, nofile)
     files.start()
+    if health is not None:
+        health.start()
     await wait_for_stop()
     logger.info("stopping", grace_s=grace)
     await files.stop()
+    if health is not None:
+        await health.stop()
     with contextlib.suppress(Exception):  # a failed build is the catalog page's to report
         await catalog_built
     if watcher is not None:
         await watcher.stop()
-    for runner, _ in reversed(sites):
+    for runner, _, _ in reversed(sites):
         await runner.cleanup()

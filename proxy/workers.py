@@ -23,9 +23,11 @@ from structlog.typing import FilteringBoundLogger
 
 from proxy.admin import admin_application
 from proxy.engine import Engine
+from proxy.health import health_checks
 from proxy.logs import make_logger, route_stdlib_logging
 from proxy.rulefile import RuleError
 from proxy.settings import Settings, parse_hostport
+from proxy.tls import ListenerCertificate
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -47,6 +49,9 @@ class Supervisor:
         self.context = multiprocessing.get_context("spawn")
         self.workers: list[BaseProcess] = []
         self.stopping = False
+        self.health = health_checks(settings, logger)
+        #: the admin port's certificate (the workers serve the agent port's)
+        self.certificate = ListenerCertificate.for_listener(settings, "admin", logger)
 
     def start_worker(self) -> BaseProcess:
         process = self.context.Process(
@@ -55,6 +60,13 @@ class Supervisor:
         process.start()
         self.log.info("worker_started", pid=process.pid)
         return process
+
+    def reload_all(self) -> None:
+        """SIGHUP to every worker (rules, config, the agent port's certificate), and the admin
+        port's certificate here."""
+        self.signal_all(signal.SIGHUP)
+        if self.certificate is not None:
+            self.certificate.reload()
 
     def signal_all(self, sig: signal.Signals) -> None:
         for process in self.workers:
@@ -86,17 +98,32 @@ class Supervisor:
                 process.kill()
                 process.join()
 
+    async def listening(self) -> bool:
+        """Whether the agent port accepts a connection now (one worker at least listens)."""
+        host, port = parse_hostport(self.settings.listen)
+        try:
+            async with asyncio.timeout(1):
+                _, writer = await asyncio.open_connection(
+                    "127.0.0.1" if host in ("0.0.0.0", "::", "") else host, port
+                )
+        except (OSError, TimeoutError):
+            return False
+        writer.close()
+        return True
+
     def admin_app(self) -> web.Application:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=self.metrics_dir)  # type: ignore[no-untyped-call]
 
         async def readyz(_: web.Request) -> web.Response:
             alive = sum(p.is_alive() for p in self.workers)
-            ready = alive == len(self.workers)
-            return web.json_response(
-                {"status": "ready" if ready else "degraded", "workers": alive},
-                status=200 if ready else 503,
-            )
+            unhealthy = self.health.unready()
+            # workers exist a few seconds before they listen: ready when the port answers
+            ready = alive == len(self.workers) and not unhealthy and await self.listening()
+            body: dict[str, object] = {"status": "ready" if ready else "degraded", "workers": alive}
+            if unhealthy:
+                body["unhealthy"] = unhealthy
+            return web.json_response(body, status=200 if ready else 503)
 
         async def reload(_: web.Request) -> web.Response:
             try:
@@ -107,28 +134,31 @@ class Supervisor:
                 )
                 # the workers try too, fail the same way and count it: the supervisor's own
                 # metrics are not in the multiprocess store /metrics reads
-                self.signal_all(signal.SIGHUP)
+                self.reload_all()
                 return web.json_response(
                     {"status": "rejected", "problems": list(exc.problems)}, status=422
                 )
-            self.signal_all(signal.SIGHUP)
+            self.reload_all()
             return web.json_response(
                 {"status": "reloaded", "rules": engine.rule_count, "workers": len(self.workers)}
             )
 
-        return admin_application(registry, readyz=readyz, reload=reload)
+        return admin_application(
+            registry, readyz=readyz, reload=reload, token=self.settings.admin_token
+        )
 
     async def run(self) -> None:
         self.workers = [self.start_worker() for _ in range(self.settings.workers)]
         runner = web.AppRunner(self.admin_app(), access_log=None)
         await runner.setup()
         host, port = parse_hostport(self.settings.admin_listen)
-        await web.TCPSite(runner, host, port).start()
+        tls = self.certificate.context if self.certificate is not None else None
+        await web.TCPSite(runner, host, port, ssl_context=tls).start()
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        loop.add_signal_handler(signal.SIGHUP, lambda: self.signal_all(signal.SIGHUP))
+        loop.add_signal_handler(signal.SIGHUP, self.reload_all)
         self.log.info(
             "supervisor_started",
             workers=self.settings.workers,
@@ -136,10 +166,12 @@ class Supervisor:
             admin_listen=self.settings.admin_listen,
         )
         guard = asyncio.create_task(self.keep_alive())
+        self.health.start()
         await stop.wait()
         self.log.info("stopping")
         await self.stop()
         guard.cancel()
+        await self.health.stop()
         await runner.cleanup()
 
 

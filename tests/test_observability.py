@@ -227,7 +227,14 @@ def test_query_uses_only_documented_metrics_and_labels(where: str, expr: str) ->
 def test_metric_table_is_parsed() -> None:
     """The design table parser finds the metrics (else the test above would prove nothing)."""
     metrics = design_metrics()
-    assert metrics["mend_errors_total"] == {"code", "category", "route", "upstream_status", "rule"}
+    assert metrics["mend_errors_total"] == {
+        "code",
+        "category",
+        "route",
+        "upstream_status",
+        "rule",
+        "protocol",
+    }
     assert metrics["mend_upstream_failures_total"] == {"route", "reason"}
     assert metrics["mend_request_duration_seconds_bucket"] == {"route", "le"}
     assert metrics["mend_rules_loaded"] == frozenset()
@@ -613,7 +620,7 @@ def test_dockerfile_copy_sources_exist_and_are_not_ignored() -> None:
     sources = [
         s
         for line in dockerfile_lines()
-        if line.startswith("COPY ")
+        if line.startswith("COPY ") and "--from=" not in line  # not from a build stage
         for s in line.split()[1:-1]
         if not s.startswith("--")
     ]
@@ -627,7 +634,7 @@ def test_dockerfile_copy_sources_exist_and_are_not_ignored() -> None:
     "pattern",
     [
         r"^FROM python:3\.11-slim$",
-        r"^USER (?!root)\w+$",
+        r"^USER (?!root\b|0\b)\w+(:\w+)?$",
         r"^EXPOSE 8080 9464$",
         r"^HEALTHCHECK .*urllib\.request\.urlopen\('http://127\.0\.0\.1:9464/healthz'",
         r'^ENTRYPOINT \["mend"\]$',

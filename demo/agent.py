@@ -1,7 +1,9 @@
 """A scripted stand-in for an LLM agent working a task list against an HTTP API.
 
 It has no knowledge of the API's error formats. Through mend (``mode="mend"``) it reads only the
-envelope and does what the envelope says:
+envelope -- the REST one, or the one inside an answer in the protocol it spoke (a GraphQL error's
+``extensions.mend``, an MCP tool result's ``_meta["mend/error"]``, a JSON-RPC error's ``data``) --
+and does what the envelope says:
 
 - ``retry``: wait ``retry_after_ms``, send the same request again;
 - ``fix_request``: write a value the envelope offers (``suggested_value``, or one allowed by
@@ -153,6 +155,19 @@ def _ok(reply: Reply) -> bool:
     return reply.status == 200 and not _envelope_of(reply)
 
 
+def _tool_ok(reply: Reply) -> bool:
+    """An MCP ``tools/call`` whose result is not an error."""
+    body = reply.body
+    result = body.get("result") if isinstance(body, dict) else None
+    return reply.status == 200 and isinstance(result, dict) and result.get("isError") is False
+
+
+MCP_HEADERS = {
+    "Accept": "application/json, text/event-stream",
+    "MCP-Protocol-Version": "2025-06-18",
+}
+
+
 def _graphql_ok(reply: Reply) -> bool:
     body = reply.body
     return (
@@ -205,6 +220,25 @@ def default_tasks(order_id: int = 17) -> list[Task]:
             _graphql_ok,
         ),
         Task(
+            "file a support ticket",
+            "MCP tool isError",
+            Call(
+                "POST",
+                "/mcp",
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "tools/call",
+                    "params": {
+                        "name": "create_ticket",
+                        "arguments": {"title": f"order {order_id} arrived damaged", "priority": 9},
+                    },
+                },
+                headers=MCP_HEADERS,
+            ),
+            _tool_ok,
+        ),
+        Task(
             "fetch a monthly report",
             "slow upstream",
             Call("GET", f"/api/reports/monthly-{order_id}"),
@@ -221,13 +255,33 @@ def default_tasks(order_id: int = 17) -> list[Task]:
 
 
 def _envelope_of(reply: Reply) -> dict[str, Any] | None:
+    """The envelope in a reply: REST ``error``, or where each protocol's answer carries it."""
     body = reply.body
     if not isinstance(body, dict):
         return None
+    candidates = [body.get("error")]
     error = body.get("error")
-    if isinstance(error, dict) and isinstance(error.get("code"), str) and "action" in error:
-        return error
+    if isinstance(error, dict):  # JSON-RPC: {"error": {"code": -32602, "data": <envelope>}}
+        candidates.append(error.get("data"))
+    result = body.get("result")
+    if isinstance(result, dict) and isinstance(result.get("_meta"), dict):  # MCP tool result
+        candidates.append(result["_meta"].get("mend/error"))
+    errors = body.get("errors")
+    if isinstance(errors, list) and errors and isinstance(errors[0], dict):  # GraphQL
+        extensions = errors[0].get("extensions")
+        candidates.append(extensions.get("mend") if isinstance(extensions, dict) else None)
+    for found in candidates:
+        if isinstance(found, dict) and isinstance(found.get("code"), str) and "action" in found:
+            return found
     return None
+
+
+def _arguments_base(call: Call) -> str:
+    """Where the envelope's pointers start: an MCP tool's are in its arguments."""
+    body = call.json
+    if isinstance(body, dict) and body.get("method") == "tools/call":
+        return "/params/arguments"
+    return ""
 
 
 _NOTHING = object()
@@ -459,7 +513,8 @@ class Agent:
                 trail.append(f"waited {wait_s:g}s")
                 await asyncio.sleep(wait_s)
             elif action == "fix_request":
-                fixes = plan_fixes(envelope)
+                base = _arguments_base(call)
+                fixes = [replace(f, pointer=base + f.pointer) for f in plan_fixes(envelope)]
                 try:
                     fixed = apply_fixes(call.json, fixes)
                 except PointerError as exc:

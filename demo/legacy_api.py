@@ -2,7 +2,8 @@
 
 Each endpoint imitates one framework's native error shape byte for byte where it matters (Spring
 Boot's error JSON with a stack trace, DRF field errors, FastAPI 422s, an nginx HTML page, GraphQL
-errors in a 200, an RFC 6750 bearer challenge, a 429 with ``Retry-After``), and each one succeeds
+errors in a 200, an MCP tool result with ``isError`` and FastMCP's pydantic text, an RFC 6750
+bearer challenge, a 429 with ``Retry-After``), and each one succeeds
 once it is called the right way. That is what lets the demo measure something: an agent that
 understands the error can finish the task, one that only sees the raw response mostly cannot.
 
@@ -179,6 +180,7 @@ async def index(request: web.Request) -> web.Response:
                 "POST /api/orders/{id}/confirm": "confirms an order",
                 "POST /api/orders/{id}/ship": "409 until the order was confirmed",
                 "POST /graphql": "GraphQL; errors arrive inside a 200",
+                "POST /mcp": "MCP tool create_ticket; priority above 5 is an isError result",
             },
         }
     )
@@ -522,6 +524,91 @@ async def graphql(request: web.Request) -> web.Response:
     return web.json_response({"data": {"order": {k: order[k] for k in selected}}})
 
 
+# -- MCP (streamable HTTP, JSON answers, stateless), answering as the Python SDK's FastMCP does -
+
+MCP_PROTOCOL_VERSION = "2025-06-18"
+_TICKET_TOOL = {
+    "name": "create_ticket",
+    "description": "File a support ticket. priority is 1 (low) to 5 (urgent).",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "title": {"type": "string"},
+            "priority": {"type": "integer", "minimum": 1, "maximum": 5},
+        },
+        "required": ["title", "priority"],
+    },
+}
+
+
+def _pydantic_text(tool: str, field: str, message: str, kind: str, value: Any) -> str:
+    """The text FastMCP puts in an ``isError`` result when pydantic rejects an argument."""
+    return (
+        f"Error executing tool {tool}: 1 validation error for {tool}Arguments\n{field}\n"
+        f"  {message} [type={kind}, input_value={value!r}, input_type={type(value).__name__}]\n"
+        f"    For further information visit https://errors.pydantic.dev/2.11/v/{kind}"
+    )
+
+
+def _tool_result(text: str, *, error: bool) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": error}
+
+
+def _create_ticket(arguments: dict[str, Any]) -> dict[str, Any]:
+    priority = arguments.get("priority")
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        text = _pydantic_text(
+            "create_ticket",
+            "priority",
+            "Input should be a valid integer",
+            "int_type",
+            priority,
+        )
+        return _tool_result(text, error=True)
+    if priority > 5:
+        text = _pydantic_text(
+            "create_ticket",
+            "priority",
+            "Input should be less than or equal to 5",
+            "less_than_equal",
+            priority,
+        )
+        return _tool_result(text, error=True)
+    return _tool_result(
+        f"ticket T-{secrets.randbelow(9000) + 1000} filed: {arguments.get('title')}", error=False
+    )
+
+
+async def mcp(request: web.Request) -> web.Response:
+    body, _ = await _json_body(request)
+    if not isinstance(body, dict) or body.get("jsonrpc") != "2.0":
+        error = {"code": -32600, "message": "Invalid Request"}
+        return web.json_response({"jsonrpc": "2.0", "id": None, "error": error}, status=400)
+    method, call_id = body.get("method"), body.get("id")
+    if "id" not in body:
+        return web.Response(status=202)  # a notification
+    given = body.get("params")
+    params: dict[str, Any] = given if isinstance(given, dict) else {}
+    result: dict[str, Any]
+    if method == "initialize":
+        result = {
+            "protocolVersion": MCP_PROTOCOL_VERSION,
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "legacy-support", "version": "1.0"},
+        }
+    elif method == "tools/list":
+        result = {"tools": [_TICKET_TOOL]}
+    elif method == "tools/call" and params.get("name") == "create_ticket":
+        arguments = params.get("arguments")
+        result = _create_ticket(arguments if isinstance(arguments, dict) else {})
+    elif method == "tools/call":
+        result = _tool_result(f"Unknown tool: {params.get('name')}", error=True)
+    else:
+        error = {"code": -32601, "message": "Method not found"}
+        return web.json_response({"jsonrpc": "2.0", "id": call_id, "error": error})
+    return web.json_response({"jsonrpc": "2.0", "id": call_id, "result": result})
+
+
 def create_legacy_app(
     *,
     rate_limit_calls: int = 1,
@@ -550,6 +637,7 @@ def create_legacy_app(
     app.router.add_get("/api/catalog", catalog)
     app.router.add_get("/api/reports/{name}", report)
     app.router.add_post("/graphql", graphql)
+    app.router.add_post("/mcp", mcp)
     return app
 
 

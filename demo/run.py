@@ -114,7 +114,6 @@ def write_config(directory: Path, *, api_url: str, listen: str, admin_listen: st
                 "rules": [str(DEMO_RULES)],
                 "rendering": "json",
                 "status": "upstream",
-                "success_rules": ["graphql.*"],
                 "connect_timeout": 5,
                 "read_timeout": READ_TIMEOUT_S,
             }

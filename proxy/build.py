@@ -180,6 +180,13 @@ class BuildOptions:
     docs_base_url: str = ""
 
 
+#: Template variables read straight off the exchange (``protocol``, ``rpc_method``, ``tool``: what
+#: the agent's call was, from proxy/protocols; ``None`` on plain HTTP).
+_EXCHANGE_VARIABLES = frozenset(
+    {"method", "path", "route", "request_id", "protocol", "rpc_method", "tool"}
+)
+
+
 @dataclass(slots=True)
 class Lookup:
     """Resolves template variables for one exchange; computed values are cached."""
@@ -203,9 +210,7 @@ class Lookup:
         if name == "upstream_message":
             self.extra[name] = message = upstream_message(ex)
             return message
-        return (
-            getattr(ex, name, None) if name in ("method", "path", "route", "request_id") else None
-        )
+        return getattr(ex, name, None) if name in _EXCHANGE_VARIABLES else None
 
 
 def _single_line(text: Any, limit: int = 500) -> str:
@@ -248,6 +253,14 @@ def upstream_message(exchange: Exchange) -> str | None:
 
 
 def _operation(exchange: Exchange) -> str:
+    """What the agent sent, as a hint names it: an MCP tool call, a JSON-RPC call, a GraphQL
+    request, or the HTTP method and path."""
+    if exchange.tool is not None:
+        return f"the {exchange.tool[:128]} tool call"
+    if exchange.rpc_method is not None:
+        return f"the JSON-RPC call {exchange.rpc_method[:128]}"
+    if exchange.protocol == "graphql":
+        return "the GraphQL request"
     return f"{exchange.method} {exchange.path}"
 
 

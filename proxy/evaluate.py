@@ -16,6 +16,8 @@ from proxy import body as bodies
 from proxy.build import BuildOptions, build
 from proxy.envelope import Envelope
 from proxy.exchange import Exchange
+from proxy.protocols.base import Call, Protocol, Rendered, Unit
+from proxy.protocols.detect import Detector
 from proxy.redact import Redactor
 from proxy.ruleset import Match, RuleSet
 
@@ -56,6 +58,100 @@ def evaluate(
 ) -> Evaluation | None:
     match = ruleset.match(exchange)
     return None if match is None else rewrite(match, exchange, redactor, options)
+
+
+#: Errors of one response matched and built one by one; the rest share the last envelope.
+MAX_UNITS = 100
+
+
+@dataclass(slots=True)
+class Answer:
+    """A protocol's answer to a response: the rendered body and one evaluation per error unit
+    (one in all for an error that is not in the protocol's shape)."""
+
+    #: ``None``: the protocol has nothing to say it in; the envelope goes as plain HTTP
+    rendered: Rendered | None
+    evaluations: list[Evaluation]
+    #: the protocol that answered; ``None``: plain HTTP
+    protocol: Protocol | None = None
+    #: the error unit each evaluation is for (empty: the response was matched whole)
+    units: list[Unit] = field(default_factory=list)
+
+
+def answer(
+    protocol: Protocol,
+    call: Call,
+    exchange: Exchange,
+    ruleset: RuleSet,
+    redactor: Redactor,
+    options: BuildOptions,
+) -> Answer | None:
+    """What the agent gets when it speaks ``protocol``; ``None``: the response passes unchanged.
+
+    A response in the protocol's shape is split into its errors (``Protocol.units``), each matched
+    and built on its own and put back in place; a success without errors passes. Any other error
+    response is matched whole, as plain HTTP is, and answered in the protocol's shape.
+    """
+    exchange.protocol = protocol.name.value
+    units = protocol.units(call, exchange)
+    if units:
+        outcomes: list[tuple[Unit, Envelope]] = []
+        evaluations: list[Evaluation] = []
+        matched: list[Unit] = []
+        for unit in units:
+            if len(evaluations) == MAX_UNITS:
+                # a batch of thousands of errors must not cost thousands of matches: the rest
+                # carry the last envelope built (their own ids, paths and locations kept)
+                outcomes.append((unit, evaluations[-1].envelope))
+                continue
+            match = ruleset.match_unit(unit.exchange)
+            if match is None:
+                continue
+            evaluation = rewrite(match, unit.exchange, redactor, options)
+            evaluation.envelope = protocol.adjust(unit, evaluation.envelope)
+            outcomes.append((unit, evaluation.envelope))
+            evaluations.append(evaluation)
+            matched.append(unit)
+        if evaluations:
+            in_place = protocol.render(call, exchange, outcomes)
+            return Answer(in_place, evaluations, protocol, matched)
+    if (exchange.status or 0) < 400:
+        return None  # a success, or a protocol answer with no error in it
+    described(protocol, call, exchange)
+    match = ruleset.match(exchange)
+    if match is None:
+        return None
+    evaluation = rewrite(match, exchange, redactor, options)
+    rendered = protocol.render_whole(call, evaluation.envelope, exchange.status or 502)
+    return Answer(rendered, [evaluation], protocol)
+
+
+def answer_exchange(
+    ruleset: RuleSet,
+    exchange: Exchange,
+    call: Call | None,
+    detector: Detector,
+    redactor: Redactor,
+    options: BuildOptions,
+) -> Answer | None:
+    """The proxy's whole decision on a response it read: in the call's protocol when the request
+    or the response names one (``answer``), else as plain HTTP (``rendered`` is ``None``)."""
+    protocol = (
+        detector.for_response(call, exchange.content_type, exchange.json)
+        if call is not None
+        else None
+    )
+    if call is not None and protocol is not None:
+        return answer(protocol, call, exchange, ruleset, redactor, options)
+    evaluation = evaluate(ruleset, exchange, redactor, options)
+    return None if evaluation is None else Answer(None, [evaluation])
+
+
+def described(protocol: Protocol, call: Call, exchange: Exchange) -> None:
+    """Tell the rules what a whole-response error answers: the protocol, the method, the tool."""
+    exchange.protocol = protocol.name.value
+    for name, value in protocol.describe(call).items():
+        setattr(exchange, name, value)
 
 
 def recorded_exchange(

@@ -33,6 +33,11 @@ class Exchange:
     text: str = ""
     json: Any = NOT_JSON
     truncated: bool = False
+    #: the protocol the agent speaks (``http``, ``jsonrpc``, ``mcp``, ``graphql``; proxy/protocols)
+    protocol: str = "http"
+    #: the JSON-RPC method of the request this error answers, and the MCP tool it called
+    rpc_method: str | None = None
+    tool: str | None = None
     #: JMESPath results by expression: many rules ask the same questions of one body.
     queried: dict[str, Any] = field(default_factory=dict)
 

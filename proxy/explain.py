@@ -1,7 +1,9 @@
 """``mend explain``: which rule a recorded response matches, and why every earlier rule did not.
 
 The verdicts come from ``RuleSet.explain`` and the envelope from ``proxy.evaluate`` -- the path the
-proxy takes -- so what this prints is what an agent would receive.
+proxy takes -- so what this prints is what an agent would receive. Given a protocol (and the
+request's body, for its ids and query), each error of a JSON-RPC, MCP or GraphQL response is
+explained on its own, and the answer the agent gets in its protocol is printed last.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ from typing import Any
 
 import orjson
 
+from proxy import nesting
 from proxy.build import BuildOptions
 from proxy.engine import Engine
-from proxy.evaluate import Evaluation, agent_redactor, evaluate, recorded_exchange
-from proxy.exchange import Exchange
+from proxy.evaluate import Answer, Evaluation, agent_redactor, answer_exchange, recorded_exchange
+from proxy.exchange import NOT_JSON, Exchange
+from proxy.protocols.base import ProtocolName
+from proxy.protocols.detect import Detector, default_protocols
 from proxy.ruleset import RuleSet, Verdict
 from proxy.settings import Route, Settings
 
@@ -67,6 +72,12 @@ class Explanation:
     exchange: Exchange
     verdicts: tuple[Verdict, ...]
     evaluation: Evaluation | None
+    #: the protocol the answer is in (``http``: the envelope as is)
+    protocol: str = ProtocolName.HTTP.value
+    #: a protocol response's errors, each explained on its own (empty: matched whole)
+    units: tuple[Explanation, ...] = ()
+    #: the JSON document the agent receives in its protocol, when it is one
+    answer: Any = None
 
     def applies(self, verdict: Verdict) -> bool:
         """Whether the rule could match this status at all (others are skipped unless --all)."""
@@ -81,14 +92,57 @@ class Explanation:
         return next((v for v in self.verdicts if v.matched), None)
 
 
+@dataclass(frozen=True, slots=True)
+class RequestBody:
+    """What ``mend explain`` knows of the request beyond method and path, for a protocol."""
+
+    protocol: ProtocolName = ProtocolName.HTTP
+    body: bytes | None = None
+    query_string: str = ""
+
+
 def explain(
-    engine: Engine, route: str, exchange: Exchange, options: BuildOptions | None = None
+    engine: Engine,
+    route: str,
+    exchange: Exchange,
+    options: BuildOptions | None = None,
+    request: RequestBody | None = None,
 ) -> Explanation:
     ruleset: RuleSet = engine.routes[route]
     exchange.route = route
+    request = request or RequestBody()
+    detector = Detector(default_protocols())
+    call = detector.offline(
+        request.protocol,
+        method=exchange.method,
+        query_string=request.query_string,
+        headers=exchange.request_headers,
+        body=request.body,
+    )
+    answered = answer_exchange(
+        ruleset, exchange, call, detector, agent_redactor(), options or BuildOptions()
+    )
+    protocol = answered.protocol.name.value if answered and answered.protocol else "http"
+    document = _answer_document(answered)
+    if answered is not None and answered.units:
+        units = tuple(
+            Explanation(route, unit.exchange, tuple(ruleset.explain_unit(unit.exchange)), one)
+            for unit, one in zip(answered.units, answered.evaluations, strict=True)
+        )
+        first = units[0]
+        return Explanation(
+            route, exchange, first.verdicts, first.evaluation, protocol, units, document
+        )
     verdicts = tuple(ruleset.explain(exchange))
-    evaluation = evaluate(ruleset, exchange, agent_redactor(), options or BuildOptions())
-    return Explanation(route, exchange, verdicts, evaluation)
+    evaluation = answered.evaluations[0] if answered is not None else None
+    return Explanation(route, exchange, verdicts, evaluation, protocol, (), document)
+
+
+def _answer_document(answered: Answer | None) -> Any:
+    if answered is None or answered.rendered is None or not answered.rendered.body:
+        return None
+    document = nesting.loads(answered.rendered.body)
+    return None if document is NOT_JSON else document
 
 
 def exchange_from(
@@ -150,6 +204,9 @@ def as_json(explanation: Explanation, *, show_all: bool = False) -> dict[str, An
             "found": _json_value(matched.found),
         },
         "envelope": None if evaluation is None else {"error": evaluation.envelope.as_dict()},
+        "protocol": explanation.protocol,
+        "units": [as_json(unit, show_all=show_all) for unit in explanation.units],
+        "answer": explanation.answer,
     }
 
 
@@ -158,6 +215,27 @@ def _show(value: Any) -> str:
 
 
 def as_text(explanation: Explanation, *, show_all: bool = False) -> str:
+    if not explanation.units:
+        return _with_answer(_as_text(explanation, show_all=show_all), explanation)
+    ex = explanation.exchange
+    count = len(explanation.units)
+    parts = [
+        f"response {ex.status} to {ex.method} {ex.path} on route {explanation.route}: "
+        f"{explanation.protocol}, {count} error{'s' if count != 1 else ''}, each matched alone"
+    ]
+    for n, unit in enumerate(explanation.units, 1):
+        parts += ["", f"--- error {n} of {count} ---", _as_text(unit, show_all=show_all)]
+    return _with_answer("\n".join(parts), explanation)
+
+
+def _with_answer(text: str, explanation: Explanation) -> str:
+    if explanation.answer is None:
+        return text
+    pretty = orjson.dumps(explanation.answer, option=orjson.OPT_INDENT_2).decode()
+    return f"{text}\n\nanswer in {explanation.protocol}:\n{pretty}"
+
+
+def _as_text(explanation: Explanation, *, show_all: bool = False) -> str:
     ex = explanation.exchange
     kind = ex.content_type or "no Content-Type"
     lines = [

@@ -178,6 +178,7 @@ def compile_when(when: When) -> tuple[Predicate, ...]:
                 lambda ex, _: ex.content_type.startswith(types),
             )
         )
+    preds.extend(_protocol_predicates(when))
     if when.body is not None:
         body = Linear(compile_regex(when.body))
 
@@ -205,6 +206,41 @@ def compile_when(when: When) -> tuple[Predicate, ...]:
         inner = _block("not", when.not_)
         preds.append(Predicate(f"not ({inner.description})", lambda ex, _: not inner.test(ex, {})))
     return tuple(preds)
+
+
+def _protocol_predicates(when: When) -> list[Predicate]:
+    """``protocol``, ``tool`` and ``rpc_method`` (proxy/protocols): what the agent's call was."""
+    preds: list[Predicate] = []
+    if when.protocol is not None:
+        wanted = frozenset(_listify(when.protocol))
+        if "jsonrpc" in wanted:
+            wanted |= {"mcp"}  # MCP is JSON-RPC
+        preds.append(
+            Predicate(f"protocol in {sorted(wanted)}", lambda ex, _: ex.protocol in wanted)
+        )
+    for kind in ("tool", "rpc_method"):
+        names = getattr(when, kind)
+        if names is None:
+            continue
+        globs = tuple(_glob(name) for name in _listify(names))
+
+        def named(
+            ex: Exchange, _: Found, kind: str = kind, globs: tuple[Linear, ...] = globs
+        ) -> bool:
+            value = getattr(ex, kind)
+            return value is not None and any(g.fullmatch(value) for g in globs)
+
+        preds.append(Predicate(f"{kind} matches {names!r}", named))
+    return preds
+
+
+def speaks_protocol(when: When) -> bool:
+    """Whether ``when`` (or a block nested in it) names ``protocol``, ``tool`` or ``rpc_method``:
+    such a rule is about errors a protocol reports, in a 200 as in a 500."""
+    if when.protocol is not None or when.tool is not None or when.rpc_method is not None:
+        return True
+    nested = [*(when.all or ()), *(when.any or ()), *([when.not_] if when.not_ else [])]
+    return any(speaks_protocol(sub) for sub in nested)
 
 
 Requirement = frozenset[str]

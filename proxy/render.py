@@ -316,6 +316,11 @@ def _dumps(value: Any) -> bytes:
         return text.encode("utf-8")
 
 
+def json_bytes(value: Any) -> bytes:
+    """Compact JSON of ``value`` (a parsed upstream document included); never raises."""
+    return _dumps(value)
+
+
 def _json_text(value: Any) -> str:
     return _dumps(value).decode("utf-8")
 
@@ -505,11 +510,14 @@ def _steps(envelope: Envelope, data: Mapping[str, Any], style: _Style) -> list[s
     return steps
 
 
-def _what_failed(envelope: Envelope, style: _Style) -> str:
+def _what_failed(envelope: Envelope, style: _Style, tool: str | None = None) -> str:
     facts = (
         f"category {style.code(envelope.category.value)}, "
         f"severity {style.code(envelope.severity.value)}"
     )
+    if tool is not None:  # "": a tool whose name the request did not say
+        named = f"The tool {style.code(tool)}" if tool else "The tool"
+        return f"{named} reported an error ({facts})."
     if envelope.upstream_status is None:
         return f"The proxy got no usable response from the API ({facts})."
     return f"The API answered HTTP {envelope.upstream_status} ({facts})."
@@ -525,7 +533,7 @@ def _json_line(data: dict[str, Any], markdown: bool) -> bytes:
     return line
 
 
-def _render_prose(envelope: Envelope, style: _Style) -> bytes:
+def _render_prose(envelope: Envelope, style: _Style, tool: str | None = None) -> bytes:
     message = style.text(envelope.message)
     title = f"Error {style.code(envelope.code)}" + (f": {message}" if message else "")
     data = envelope.as_dict()
@@ -536,7 +544,7 @@ def _render_prose(envelope: Envelope, style: _Style) -> bytes:
         lines = [
             f"## {title}",
             "",
-            f"**What failed:** {_what_failed(envelope, style)}",
+            f"**What failed:** {_what_failed(envelope, style, tool)}",
             "",
             "**Possible causes:**",
             "",
@@ -553,7 +561,7 @@ def _render_prose(envelope: Envelope, style: _Style) -> bytes:
     else:
         lines = [
             title,
-            f"What failed: {_what_failed(envelope, style)}",
+            f"What failed: {_what_failed(envelope, style, tool)}",
             "Possible causes:",
             f"- {causes}",
             f"Retry: {_retry_line(envelope, style)}",
@@ -650,14 +658,19 @@ def _render_xml(envelope: Envelope) -> bytes:
 # ---------------------------------------------------------------------------------------------
 
 
-def render(envelope: Envelope, rendering: Rendering, status: int) -> tuple[bytes, str]:
-    """Body bytes and Content-Type for ``envelope``; ``status`` is what the response carries."""
+def render(
+    envelope: Envelope, rendering: Rendering, status: int, *, tool: str | None = None
+) -> tuple[bytes, str]:
+    """Body bytes and Content-Type for ``envelope``; ``status`` is what the response carries.
+
+    ``tool``: the envelope answers an MCP tool call, so the prose says the tool failed, not the
+    HTTP response (which was a 200 carrying the tool's error)."""
     if rendering is Rendering.PROBLEM:
         body = _render_problem(envelope, status)
     elif rendering is Rendering.TEXT:
-        body = _render_prose(envelope, _PLAIN)
+        body = _render_prose(envelope, _PLAIN, tool)
     elif rendering is Rendering.MARKDOWN:
-        body = _render_prose(envelope, _MARKDOWN)
+        body = _render_prose(envelope, _MARKDOWN, tool)
     elif rendering is Rendering.XML:
         body = _render_xml(envelope)
     else:

@@ -8,7 +8,7 @@ Rules that match 2xx only take part on routes whose ``success_rules`` name them 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,13 +16,24 @@ import re2
 
 from proxy.build import CompiledEnvelope
 from proxy.exchange import Exchange
-from proxy.matchers import Found, Predicate, compile_when, required_keys, statuses
+from proxy.matchers import (
+    Found,
+    Predicate,
+    compile_when,
+    required_keys,
+    speaks_protocol,
+    statuses,
+)
 from proxy.query import present_paths
 from proxy.rulefile import Docs, LoadedRule, compile_jmespath, re2_options
 
 ERROR_STATUSES = frozenset(range(400, 600))
 SUCCESS_STATUSES = frozenset(range(200, 300))
 FALLBACK_PREFIX = "fallback."
+#: Rules that match errors a protocol reports inside a 2xx (a JSON-RPC ``error``, a GraphQL
+#: ``errors`` entry, an MCP tool result with ``isError``): they match such units on every route,
+#: with no ``success_rules``. So does any rule that names ``protocol``, ``tool`` or ``rpc_method``.
+PROTOCOL_RULES = ("jsonrpc.*", "mcp.*", "graphql.*", "fallback.*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,24 +50,30 @@ class Rule:
     body_pattern: str | None  # the top-level `body` regex, for the status bucket's prefilter
     #: JSON keys the body must have (one of each set), else the rule cannot match
     requires: tuple[frozenset[str], ...] = ()
+    #: names ``protocol``, ``tool`` or ``rpc_method``: about errors a protocol reports
+    speaks: bool = False
 
     @classmethod
     def compile(cls, loaded: LoadedRule) -> Rule:
         spec = loaded.spec
         codes = statuses(spec.when)
+        speaks = speaks_protocol(spec.when)
+        # a rule that names no status is about errors: 2xx must always be asked for by name,
+        # unless it is about a protocol, whose errors come in a 200 as often as not
+        default = ERROR_STATUSES | SUCCESS_STATUSES if speaks else ERROR_STATUSES
         return cls(
             id=spec.id,
             pack=loaded.pack,
             source=loaded.source,
             description=spec.description,
-            # a rule that names no status is about errors: 2xx must always be asked for by name
-            statuses=ERROR_STATUSES if codes is None else codes,
+            statuses=default if codes is None else codes,
             predicates=compile_when(spec.when),
             queries=tuple((name, q, compile_jmespath(q)) for name, q in spec.vars.items()),
             envelope=CompiledEnvelope.compile(spec.envelope),
             docs=spec.docs,
             body_pattern=spec.when.body,
             requires=required_keys(spec.when),
+            speaks=speaks,
         )
 
     @property
@@ -181,19 +198,45 @@ class RuleSet:
     _shapes: dict[Shape, tuple[Rule, ...]] = field(default_factory=dict, compare=False)
     #: per status, every key path some rule indexed under it requires
     _required: dict[int, frozenset[str]] = field(default_factory=dict, compare=False)
+    #: the same rules for the error units of a protocol (proxy/protocols): 2xx included for the
+    #: protocol packs and the rules that name a protocol (``match_unit``)
+    units: RuleSet | None = field(default=None, compare=False)
 
     @classmethod
-    def build(cls, rules: Iterable[Rule], success_rules: Sequence[str] = ()) -> RuleSet:
+    def build(
+        cls,
+        rules: Iterable[Rule],
+        success_rules: Sequence[str] = (),
+        protocol_rules: Sequence[str] | None = PROTOCOL_RULES,
+    ) -> RuleSet:
+        """The rule set; ``success_rules`` are globs of rule ids to run on 2xx responses, and
+        ``protocol_rules`` those to run on 2xx protocol units (``None``: no unit view)."""
         ordered = tuple(rules)
+        shared: dict[tuple[str, ...], BodyPrefilter] = {}
+        units = None
+        if protocol_rules is not None:
+            unit_globs = (*success_rules, *protocol_rules)
+            units = cls._build(
+                ordered, lambda r: r.speaks or _wanted_on_success(r.id, unit_globs), shared, None
+            )
+        return cls._build(ordered, lambda r: _wanted_on_success(r.id, success_rules), shared, units)
+
+    @classmethod
+    def _build(
+        cls,
+        ordered: tuple[Rule, ...],
+        on_success: Callable[[Rule], bool],
+        shared: dict[tuple[str, ...], BodyPrefilter],
+        units: RuleSet | None,
+    ) -> RuleSet:
         index: dict[int, list[Rule]] = {}
         for rule in ordered:
             wanted = rule.statuses
-            if not _wanted_on_success(rule.id, success_rules):
+            if not on_success(rule):
                 wanted = wanted - SUCCESS_STATUSES
             for status in wanted:
                 index.setdefault(status, []).append(rule)
         buckets = {status: tuple(rs) for status, rs in index.items()}
-        shared: dict[tuple[str, ...], BodyPrefilter] = {}
         prefiltered: dict[int, _Bucket] = {}
         for status, bucket in buckets.items():
             ids = tuple(r.id for r in bucket if r.body_pattern is not None)
@@ -205,7 +248,11 @@ class RuleSet:
             status: frozenset(path for rule in bucket for need in rule.requires for path in need)
             for status, bucket in buckets.items()
         }
-        return cls(ordered, buckets, prefiltered, _required=required)
+        return cls(ordered, buckets, prefiltered, _required=required, units=units)
+
+    def match_unit(self, exchange: Exchange) -> Match | None:
+        """``match`` for one error a protocol found in a response (``proxy/protocols``)."""
+        return (self.units or self).match(exchange)
 
     def inspects(self, status: int) -> bool:
         """Whether a response with this status must be read and matched at all."""
@@ -235,6 +282,10 @@ class RuleSet:
             if matched:
                 return Match(rule, found)
         return None
+
+    def explain_unit(self, exchange: Exchange) -> list[Verdict]:
+        """``explain`` for one error a protocol found in a response."""
+        return (self.units or self).explain(exchange)
 
     def explain(self, exchange: Exchange) -> list[Verdict]:
         """Every rule in order up to and including the first match, with why it did (not) match."""

@@ -5,7 +5,7 @@ A case file is YAML::
     cases:
       - name: fastapi 422 lists every field
         request: {method: POST, path: /api/orders, headers: {...}}   # optional
-        route: {success_rules: ["graphql.*"]}                        # optional
+        route: {success_rules: ["slack.*"]}                          # optional
         rules: [../extra.yaml]     # optional; relative to this file, loaded before the packs
         response:
           status: 422
@@ -17,6 +17,19 @@ A case file is YAML::
           invalid_fields: [{field: /qty, received: -1}, {field: /sku}]
         # or:  expect: passthrough (no rule may match: a 2xx the proxy leaves untouched)
 
+A case may state the ``protocol`` the agent speaks (``http`` when it does not; ``auto`` detects
+it as the proxy does) and the request's body (``request: {json: ...}`` or ``body:``): then the
+response is answered in that protocol (``proxy/protocols``), ``expect`` is the first error's
+envelope (``expect_units`` lists one subset per error, in order) and ``expect_response`` a subset
+of the JSON the agent receives::
+
+      - name: a variable of the wrong type points at /variables/qty
+        protocol: graphql
+        request: {method: POST, path: /graphql, json: {query: "...", variables: {qty: x}}}
+        response: {status: 200, json: {data: null, errors: [...]}}
+        expect: {invalid_fields: [{field: /variables/qty}]}
+        expect_response: {data: null, errors: [{extensions: {code: VALIDATION_FAILED}}]}
+
 ``expect`` is compared as a subset: every key it names must be in the envelope with an equal
 value; a nested mapping is again a subset; a list must have as many elements as the envelope's and
 each element is compared as a subset of the element at the same position. Scalars compare exactly
@@ -24,6 +37,17 @@ each element is compared as a subset of the element at the same position. Scalar
 
 Each case runs through ``proxy.evaluate`` -- the very path the proxy takes -- against an engine
 built from the case's rules, the ``--rules`` files, the shipped packs and the built-in fallbacks.
+
+Redaction: ``expect`` may also list strings the agent must not see (``masked``) or must still see
+(``kept``) anywhere in the envelope (and the protocol's answer), and strings the operator's log
+line must not or must hold (``log_masked``, ``log_kept``: the upstream body, masked). A case may
+add ``redaction:`` (the config's keys: secrets, internal_domains, allow, ...), and instead of a
+``response`` give ``redact: "some text"``, checked as one string of an envelope and as the log::
+
+      - name: ACME tokens never reach an agent; order ids do
+        redaction: {secrets: ["acme_live_[A-Za-z0-9]{16,}"], allow: ["ORD-[A-Za-z0-9]{28}"]}
+        redact: "charge ORD-8f3kQ9zX2mW7vB4nR1tY6uP0aS5d failed: acme_live_0123456789abcdef"
+        expect: {masked: [acme_live_0123456789abcdef], kept: [ORD-8f3kQ9zX2mW7vB4nR1tY6uP0aS5d]}
 
 Recorded responses for ``mend check --coverage DIR``: see ``load_recorded``.
 """
@@ -39,11 +63,23 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from proxy import nesting
 from proxy.build import BuildOptions
 from proxy.engine import Engine
 from proxy.envelope import Envelope
-from proxy.evaluate import Evaluation, agent_redactor, evaluate, recorded_exchange
-from proxy.exchange import Exchange
+from proxy.evaluate import (
+    Answer,
+    Evaluation,
+    agent_redactor,
+    answer_exchange,
+    evaluate,
+    recorded_exchange,
+)
+from proxy.exchange import NOT_JSON, Exchange
+from proxy.protocols.base import ProtocolName
+from proxy.protocols.detect import Detector, default_protocols
+from proxy.redaction import Redactor
+from proxy.redaction.config import RedactionSettings
 from proxy.rulefile import Lines, RuleError, parse_yaml, validation_problems
 from proxy.ruleset import RuleSet
 from proxy.settings import PACKAGED_RULES, Route, Settings
@@ -62,7 +98,17 @@ class _Model(BaseModel):
 class RequestSpec(_Model):
     method: str = "GET"
     path: str = "/"
+    #: the query string, without ``?`` (a GraphQL GET's ``query=``)
+    query: str = ""
     headers: dict[str, str] = {}
+    #: the request body, for a protocol to read (a JSON-RPC id, a GraphQL query): one of these
+    json_: Any = Field(default=None, alias="json")
+    body: str | None = None
+
+    def raw_body(self) -> bytes | None:
+        if "json_" in self.model_fields_set:
+            return orjson.dumps(self.json_)
+        return self.body.encode() if self.body is not None else None
 
     @field_validator("path")
     @classmethod
@@ -100,25 +146,83 @@ class ResponseSpec(_Model):
 
 
 Expectation = Literal["passthrough"] | dict[str, Any]
+#: keys of ``expect`` about redaction rather than the envelope's fields
+_REDACTION_KEYS = ("masked", "kept", "log_masked", "log_kept")
+
+
+class RedactionExpectation(_Model):
+    """Strings the agent must not / must see, and the operator's log must not / must hold."""
+
+    masked: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    log_masked: tuple[str, ...] = ()
+    log_kept: tuple[str, ...] = ()
+
+
+def _redaction_part(data: Any) -> Any:
+    """Move ``expect``'s redaction keys into ``expect_redaction`` (before validation)."""
+    if not isinstance(data, dict) or not isinstance(data.get("expect"), dict):
+        return data
+    expect = dict(data["expect"])
+    part = {key: expect.pop(key) for key in _REDACTION_KEYS if key in expect}
+    if not part:
+        return data
+    return {**data, "expect": expect, "expect_redaction": part}
+
+
+def _envelope_subset(value: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(value) - _ENVELOPE_KEYS)
+    if unknown:
+        raise ValueError(f"not envelope fields: {unknown}; expect one of the contract's")
+    return value
 
 
 class Case(_Model):
     name: str = Field(min_length=1)
+    #: the protocol the agent speaks; ``http`` (the default) reads the response as plain HTTP
+    protocol: ProtocolName = ProtocolName.HTTP
     request: RequestSpec = RequestSpec()
     route: RouteSpec = RouteSpec()
     rules: tuple[str, ...] = ()
-    response: ResponseSpec
+    response: ResponseSpec | None = None
+    #: instead of a response: a text to redact, as one string of an envelope and as the log
+    redact: str | None = None
+    #: redaction additions for this case (the config's ``redaction:`` keys)
+    redaction: RedactionSettings = RedactionSettings()
     expect: Expectation
+    #: ``expect``'s ``masked``/``kept``/``log_masked``/``log_kept``
+    expect_redaction: RedactionExpectation | None = None
+    #: one envelope subset per error unit, in order (a batch, a GraphQL errors list)
+    expect_units: list[dict[str, Any]] | None = None
+    #: a subset of the JSON document the agent receives (protocol answers)
+    expect_response: Any = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_expect(cls, data: Any) -> Any:
+        return _redaction_part(data)
 
     @field_validator("expect")
     @classmethod
     def _expect(cls, value: Expectation) -> Expectation:
-        if isinstance(value, dict):
-            unknown = sorted(set(value) - _ENVELOPE_KEYS)
-            if unknown:
-                raise ValueError(f"not envelope fields: {unknown}; expect one of the contract's")
-            if not value:
-                raise ValueError("expect: names at least one envelope field, or is 'passthrough'")
+        return _envelope_subset(value) if isinstance(value, dict) else value
+
+    @model_validator(mode="after")
+    def _what_is_tested(self) -> Case:
+        if (self.response is None) == (self.redact is None):
+            raise ValueError("give exactly one of response: or redact:")
+        envelope = self.expect if isinstance(self.expect, dict) else None
+        if self.redact is not None and (envelope or self.expect_redaction is None):
+            raise ValueError("a redact: case expects masked/kept/log_masked/log_kept only")
+        if envelope == {} and self.expect_redaction is None:
+            raise ValueError("expect: names at least one envelope field, or is 'passthrough'")
+        return self
+
+    @field_validator("expect_units")
+    @classmethod
+    def _units(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        for item in value or ():
+            _envelope_subset(item)
         return value
 
 
@@ -214,7 +318,11 @@ def _is_pack(path: Path) -> bool:
 
 
 def engine_settings(
-    rules: Sequence[Path], *, default_packs: bool = True, success_rules: Sequence[str] = ()
+    rules: Sequence[Path],
+    *,
+    default_packs: bool = True,
+    success_rules: Sequence[str] = (),
+    redaction: RedactionSettings | None = None,
 ) -> Settings:
     """Settings for an offline engine: ``rules`` first, then (unless told not to) the packs.
 
@@ -222,7 +330,12 @@ def engine_settings(
     """
     extra = tuple(p for p in rules if not (default_packs and _is_pack(p)))
     route = Route(name="default", upstream=_NOWHERE, success_rules=tuple(success_rules))
-    return Settings(routes=(route,), rules=extra, default_packs=default_packs)
+    return Settings(
+        routes=(route,),
+        rules=extra,
+        default_packs=default_packs,
+        redaction=redaction or RedactionSettings(),
+    )
 
 
 @dataclass
@@ -233,13 +346,21 @@ class Engines:
     default_packs: bool = True
     _cache: dict[tuple[Any, ...], Engine | RuleError] = field(default_factory=dict)
 
-    def get(self, rules: Sequence[Path] = (), success_rules: Sequence[str] = ()) -> Engine:
+    def get(
+        self,
+        rules: Sequence[Path] = (),
+        success_rules: Sequence[str] = (),
+        redaction: RedactionSettings | None = None,
+    ) -> Engine:
         paths = (*rules, *self.extra_rules)
-        key = (tuple(p.resolve() for p in paths), tuple(success_rules))
+        key = (tuple(p.resolve() for p in paths), tuple(success_rules), redaction)
         if key not in self._cache:
             try:
                 settings = engine_settings(
-                    paths, default_packs=self.default_packs, success_rules=success_rules
+                    paths,
+                    default_packs=self.default_packs,
+                    success_rules=success_rules,
+                    redaction=redaction,
                 )
                 self._cache[key] = Engine.load(settings)
             except RuleError as exc:
@@ -255,17 +376,41 @@ def run_exchange(ruleset: RuleSet, exchange: Exchange) -> Evaluation | None:
     return evaluate(ruleset, exchange, agent_redactor(), BuildOptions())
 
 
+def run_protocol(
+    ruleset: RuleSet,
+    exchange: Exchange,
+    protocol: ProtocolName,
+    request: RequestSpec,
+    redactor: Redactor | None = None,
+) -> Answer | None:
+    """``run_exchange`` in the agent's protocol, as the proxy answers a response it read (with
+    ``redactor``, the route's, when the case adds to redaction)."""
+    detector = Detector(default_protocols())
+    call = detector.offline(
+        protocol,
+        method=request.method,
+        query_string=request.query,
+        headers=request.headers,
+        body=request.raw_body(),
+    )
+    redactor = redactor or agent_redactor()
+    return answer_exchange(ruleset, exchange, call, detector, redactor, BuildOptions())
+
+
 def replay(
     engines: Engines,
     response: Mapping[str, Any],
     request: Mapping[str, Any] | None = None,
     success_rules: Sequence[str] = (),
+    protocol: ProtocolName | str = ProtocolName.HTTP,
 ) -> Evaluation | None:
-    """A recorded response (a case's ``response:`` mapping) through the shipped packs."""
-    exchange = exchange_for(
-        RequestSpec.model_validate(request or {}), ResponseSpec.model_validate(response)
-    )
-    return run_exchange(engines.get(success_rules=success_rules).routes["default"], exchange)
+    """A recorded response (a case's ``response:`` mapping) through the shipped packs; in a
+    protocol, the envelope of its first error."""
+    spec = RequestSpec.model_validate(request or {})
+    exchange = exchange_for(spec, ResponseSpec.model_validate(response))
+    ruleset = engines.get(success_rules=success_rules).routes["default"]
+    answered = run_protocol(ruleset, exchange, ProtocolName(protocol), spec)
+    return answered.evaluations[0] if answered is not None else None
 
 
 def exchange_for(request: RequestSpec, response: ResponseSpec) -> Exchange:
@@ -278,6 +423,14 @@ def exchange_for(request: RequestSpec, response: ResponseSpec) -> Exchange:
         path=request.path,
         request_headers=request.headers,
     )
+
+
+def answered_document(answered: Answer | None) -> Any:
+    """The JSON the agent receives for a protocol answer (``None``: passed through, or plain)."""
+    if answered is None or answered.rendered is None or not answered.rendered.body:
+        return None
+    document = nesting.loads(answered.rendered.body)
+    return None if document is NOT_JSON else document
 
 
 # --- comparing --------------------------------------------------------------------------------
@@ -353,21 +506,74 @@ class Outcome:
 def run_case(loaded: LoadedCase, engines: Engines) -> Outcome:
     case = loaded.case
     try:
-        engine = engines.get([loaded.file.parent / r for r in case.rules], case.route.success_rules)
+        engine = engines.get(
+            [loaded.file.parent / r for r in case.rules], case.route.success_rules, case.redaction
+        )
     except RuleError as exc:
         return Outcome(loaded, (_NO_RULES,), exc.problems)
-    evaluation = run_exchange(engine.routes["default"], exchange_for(case.request, case.response))
+    redactor = engine.redactor_for("default")
+    if case.redact is not None:
+        assert case.expect_redaction is not None  # the model requires it
+        agent, log = redactor.scrub(case.redact).text, redactor.mask(case.redact).text
+        return Outcome(loaded, tuple(redaction_problems(case.expect_redaction, [agent], log)))
+    assert case.response is not None
+    exchange = exchange_for(case.request, case.response)
+    answered = run_protocol(
+        engine.routes["default"], exchange, case.protocol, case.request, redactor
+    )
     if case.expect == "passthrough":
-        if evaluation is None:
+        if answered is None:
             return Outcome(loaded, ())
-        env = evaluation.envelope
+        env = answered.evaluations[0].envelope
         return Outcome(
             loaded, (f"expected passthrough, got an envelope: rule {env.rule}, code {env.code}",)
         )
-    if evaluation is None:
+    if answered is None:
         return Outcome(loaded, ("expected an envelope, got passthrough (no rule matched)",))
-    got = evaluation.envelope.as_dict()
-    return Outcome(loaded, tuple(str(d) for d in differences(case.expect, got)))
+    envelopes = [evaluation.envelope.as_dict() for evaluation in answered.evaluations]
+    problems = [str(d) for d in differences(case.expect, envelopes[0])]
+    if case.expect_units is not None:
+        problems += [str(d) for d in differences(case.expect_units, envelopes, "units")]
+    document = answered_document(answered)
+    if case.expect_response is not None:
+        problems += [str(d) for d in differences(case.expect_response, document, "response")]
+    if case.expect_redaction is not None:
+        read = list(_strings([envelopes, document]))
+        logged = redactor.mask(exchange.text[:16384]).text
+        problems += redaction_problems(case.expect_redaction, read, logged)
+    return Outcome(loaded, tuple(problems))
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a JSON value, keys included (what an agent may read)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield str(key)
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def redaction_problems(expect: RedactionExpectation, agent: Sequence[str], log: str) -> list[str]:
+    """What breaks ``expect``: ``agent`` are the strings an agent reads, ``log`` the log's."""
+    problems = []
+    for text in expect.masked:
+        if any(text in seen for seen in agent):
+            problems.append(f"masked: {text!r} reaches the agent")
+    for text in expect.kept:
+        if not any(text in seen for seen in agent):
+            shown = " | ".join(agent)[:300]
+            problems.append(f"kept: {text!r} is not in what the agent reads: {shown!r}")
+    for text in expect.log_masked:
+        if text in log:
+            problems.append(f"log_masked: {text!r} is in the log line")
+    for text in expect.log_kept:
+        if text not in log:
+            problems.append(f"log_kept: {text!r} is not in the log line: {log[:300]!r}")
+    return problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,6 +686,7 @@ def _from_yaml(file: Path) -> list[RecordedResponse]:
                 c.route.success_rules,
             )
             for i, c in enumerate(parsed.cases)
+            if c.response is not None  # a redact: case has no response to cover
         ]
     try:
         one = Recorded.model_validate(data)

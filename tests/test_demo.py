@@ -116,6 +116,37 @@ async def call(
         ),
         pytest.param(
             "POST",
+            "/mcp",
+            {
+                "jsonrpc": "2.0",
+                "id": 4,
+                "method": "tools/call",
+                "params": {"name": "create_ticket", "arguments": {"title": "t", "priority": 9}},
+            },
+            200,
+            {
+                "jsonrpc": "2.0",
+                "id": 4,
+                "result": {
+                    "content": [
+                        {
+                            "type": "text",
+                            "text": (
+                                "Error executing tool create_ticket: 1 validation error for "
+                                "create_ticketArguments\npriority\n  Input should be less than "
+                                "or equal to 5 [type=less_than_equal, input_value=9, "
+                                "input_type=int]\n    For further information visit "
+                                "https://errors.pydantic.dev/2.11/v/less_than_equal"
+                            ),
+                        }
+                    ],
+                    "isError": True,
+                },
+            },
+            id="mcp-tool-is-error",
+        ),
+        pytest.param(
+            "POST",
             "/api/orders/17/ship",
             None,
             409,
@@ -560,6 +591,22 @@ def _fake_mend_middleware(timeout_s: float) -> Any:
                 next_operation=f"POST /api/orders/{order_id[1]}/confirm",
                 next_operation_args={"order_id": order_id[1]},
             )
+        result = body.get("result") if isinstance(body, dict) else None
+        if isinstance(result, dict) and result.get("isError") is True:  # an MCP tool result
+            envelope = _envelope(
+                request,
+                status,
+                "VALIDATION_FAILED",
+                "fix_request",
+                category="validation",
+                field="/priority",
+                suggested_value=5,
+                invalid_fields=[{"field": "/priority", "reason": "at most 5", "received": 9}],
+            )
+            error = json.loads(envelope.text or "{}")["error"]
+            meta = {"mend/error": error}
+            answer = {"isError": True, "content": [{"type": "text", "text": "x"}], "_meta": meta}
+            return web.json_response({"jsonrpc": "2.0", "id": body["id"], "result": answer})
         if status == 200 and isinstance(body, dict) and body.get("errors"):
             typo = re.search(r'field "(\w+)".*Did you mean "(\w+)"', body["errors"][0]["message"])
             assert typo is not None

@@ -182,3 +182,46 @@ def test_bad_input_is_an_error_not_a_traceback(
         raise SystemExit(main(["explain", *args]))
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip()
+
+
+GRAPHQL_200 = json.dumps(
+    {
+        "data": {"me": {"name": "Ada"}, "orders": None},
+        "errors": [
+            {"message": "You must be logged in", "path": ["orders"]},
+            {"message": "boom", "path": ["billing"], "extensions": {"stacktrace": ["at x.js:1"]}},
+        ],
+    }
+)
+
+
+def test_a_graphql_exchange_is_explained_error_by_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """With --protocol, each errors[] entry has its own verdicts, and the GraphQL answer the
+    agent gets closes the report."""
+    args = ["--status", "200", "--body", GRAPHQL_200, "--method", "POST", "--path", "/graphql"]
+    report = explain_json(capsys, *args, "--protocol", "graphql")
+    assert report["protocol"] == "graphql"
+    assert [u["matched"]["rule"] for u in report["units"]] == [
+        "graphql.unauthenticated",
+        "graphql.field_error",
+    ]
+    assert report["answer"]["data"] == {"me": {"name": "Ada"}, "orders": None}
+    assert "stacktrace" not in json.dumps(report["answer"])
+
+
+def test_a_jsonrpc_exchange_answers_with_the_request_id(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--request-body gives the call's id; the text report ends with the JSON-RPC answer."""
+    call = '{"jsonrpc": "2.0", "id": 12, "method": "get_order"}'
+    code, out = explain(
+        capsys,
+        *("--status", "502", "--body", "<html><title>502 Bad Gateway</title></html>"),
+        *("--method", "POST", "--path", "/rpc", "--protocol", "auto", "--request-body", call),
+    )
+    assert code == 0
+    answer = json.loads(out.split("answer in jsonrpc:\n", 1)[1])
+    assert answer["id"] == 12
+    assert answer["error"]["code"] == -32603

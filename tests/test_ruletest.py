@@ -252,3 +252,28 @@ def test_extra_rules_option_applies_to_every_case(
     assert main(["test", str(tests)]) == 1
     assert main(["test", "--rules", str(rules), str(tests)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "1 passed, 0 failed"
+
+
+JSONRPC_CASE = """
+  - name: a JSON-RPC error comes back with its id
+    protocol: jsonrpc
+    request: {method: POST, path: /rpc, json: {jsonrpc: "2.0", id: 4, method: get_order}}
+    response:
+      status: 200
+      json: {jsonrpc: "2.0", id: 4, error: {code: -32601, message: Method not found}}
+    expect: {rule: jsonrpc.method_not_found}
+    expect_response: {id: 4, error: {code: -32601}}
+"""
+
+
+def test_a_case_can_state_its_protocol_and_the_answer(tmp_path: Path) -> None:
+    """A protocol case checks the envelope and the JSON the agent receives in its protocol."""
+    write(tmp_path, "rpc.yaml", cases(JSONRPC_CASE))
+    assert run_tests([tmp_path]).ok
+
+
+def test_a_wrong_protocol_answer_is_a_difference(tmp_path: Path) -> None:
+    """``expect_response`` is compared as a subset too, under ``response``."""
+    write(tmp_path, "rpc.yaml", cases(JSONRPC_CASE.replace("{id: 4, error", "{id: 5, error")))
+    report = run_tests([tmp_path])
+    assert report.outcomes[0].problems == ("response.id: expected 5, got 4",)

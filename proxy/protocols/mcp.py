@@ -1,0 +1,132 @@
+"""MCP (Model Context Protocol): JSON-RPC 2.0, plus tool results that are errors (CONTRACT §6).
+
+A ``tools/call`` result with ``isError: true`` is an error the model reads: its text content is
+matched against the rules (JSON in the text is parsed as the body; ``tool`` and ``rpc_method``
+name the call), and it stays a result with the same id, its content the text rendering of the
+envelope (the recovery plan, then the JSON line) and the envelope in ``_meta["mend/error"]``.
+A successful result is never touched. Everything else is JSON-RPC, in JSON or in an event stream.
+
+Detected by the ``MCP-Protocol-Version`` or ``Mcp-Session-Id`` request header (every request after
+``initialize``), or by a JSON-RPC body calling an MCP method (``initialize`` itself).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from aiohttp import web
+from multidict import istr
+
+from proxy import nesting
+from proxy.envelope import Envelope
+from proxy.exchange import NOT_JSON, Exchange
+from proxy.protocols.base import Call, Protocol, ProtocolName, Unit
+from proxy.protocols.jsonrpc import JsonRpc, RpcRequest
+from proxy.render import Rendering, render
+
+#: Methods of the MCP specification (2025-06-18 and 2025-11-25) by name or prefix.
+_METHODS = frozenset({"initialize", "ping"})
+_PREFIXES = (
+    "tools/",
+    "resources/",
+    "prompts/",
+    "notifications/",
+    "completion/",
+    "logging/",
+    "sampling/",
+    "elicitation/",
+    "roots/",
+    "tasks/",
+)
+#: MCP's request headers, as ``istr`` so that a look-up skips case folding (every request asks).
+_VERSION = istr("MCP-Protocol-Version")
+_SESSION = istr("Mcp-Session-Id")
+#: The ``_meta`` key the envelope travels under in a rewritten tool result.
+META_KEY = "mend/error"
+
+
+def is_mcp_method(method: str) -> bool:
+    return method in _METHODS or method.startswith(_PREFIXES)
+
+
+def tool_text(result: dict[str, Any]) -> str:
+    """The text of a tool result's ``text`` content blocks, one per line."""
+    content = result.get("content")
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(
+        block["text"]
+        for block in content
+        if isinstance(block, dict)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+    )
+
+
+def embedded_json(text: str) -> Any:
+    """The JSON document a tool's error text is, or holds (``Error: {"detail": ...}``)."""
+    stripped = text.strip()
+    if stripped[:1] in ("{", "["):
+        document = nesting.loads(stripped)
+        if document is not NOT_JSON:
+            return document
+    start, end = text.find("{"), text.rfind("}")
+    if 0 <= start < end:
+        return nesting.loads(text[start : end + 1])
+    return NOT_JSON
+
+
+class Mcp(JsonRpc):
+    name: ClassVar[ProtocolName] = ProtocolName.MCP
+    signals: ClassVar[bool] = True
+    #: MCP (streamable HTTP): a POST of notifications only is answered 202 Accepted, no body
+    notification_status: ClassVar[int] = 202
+
+    def signalled(self, request: web.BaseRequest) -> bool:
+        headers = request.headers
+        return _VERSION in headers or _SESSION in headers
+
+    def claims(self, call: Call) -> bool:
+        if not call.holds(b'"jsonrpc"'):
+            return False
+        rpc = self.request(call)
+        return rpc is not None and any(is_mcp_method(r.method) for r in rpc.requests)
+
+    #: a JSON-RPC error body alone does not say MCP: the base's "no", so the detector skips it
+    claims_response = Protocol.claims_response
+
+    def may_hold_errors(self, raw: bytes) -> bool:
+        return b'"error"' in raw or b'"isError"' in raw
+
+    def _unit(
+        self, exchange: Exchange, slot: int, item: dict[str, Any], request: RpcRequest | None
+    ) -> Unit | None:
+        unit = super()._unit(exchange, slot, item, request)
+        if unit is not None:
+            return unit
+        result = item.get("result")
+        if not isinstance(result, dict) or result.get("isError") is not True:
+            return None  # a successful result is never touched
+        if request is not None and request.method != "tools/call":
+            return None
+        text = tool_text(result)
+        narrowed = self._narrowed(exchange, embedded_json(text), text, request)
+        narrowed.rpc_method = "tools/call"
+        return Unit(narrowed, slot)
+
+    def _rendered(
+        self, unit: Unit, item: dict[str, Any], envelope: Envelope, data: dict[str, Any]
+    ) -> dict[str, Any]:
+        if "error" in item:
+            return super()._rendered(unit, item, envelope, data)
+        tool = unit.exchange.tool or ""
+        text = render(envelope, Rendering.TEXT, envelope.upstream_status or 200, tool=tool)[0]
+        return {
+            "jsonrpc": "2.0",
+            "id": item.get("id"),
+            "result": {
+                "content": [{"type": "text", "text": text.decode("utf-8")}],
+                "isError": True,
+                "_meta": {META_KEY: data},
+            },
+        }

@@ -1,0 +1,291 @@
+"""MCP through mend with the official Python SDK on both ends (streamable HTTP, JSON and SSE).
+
+The server is a real FastMCP app under uvicorn, the client a real ``ClientSession``; mend sits
+between them on loopback. Every answer must parse in the SDK client; an error must reach the
+model as a recovery plan; nothing planted in the server's errors may reach the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.fastmcp import Context, FastMCP
+from mcp.shared.exceptions import McpError
+
+from tests.conftest import Mend, StartMend
+from tests.test_app import free_port
+
+SECRET = "postgres://admin:Pl4ntedSecret@db.internal:5432/issues"
+MARKER = "PLANTED_MARKER_7f3a"
+TRACE = (
+    "Traceback (most recent call last):\n"
+    '  File "/srv/issues/tools.py", line 42, in create_issue\n'
+    f"    raise RuntimeError({MARKER!r})\n"
+)
+LEAKS = (SECRET, "Pl4ntedSecret", MARKER, "/srv/issues", "Traceback")
+PROGRESS_STEPS = 30
+PROGRESS_GAP_S = 0.03
+
+ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
+
+
+def mcp_server(*, json_response: bool, stateless: bool = False) -> FastMCP:
+    """An issue tracker's MCP server: one tool per way a tool fails."""
+    server = FastMCP("issues", json_response=json_response, stateless_http=stateless)
+
+    @server.tool()
+    def create_issue(title: str, priority: int) -> str:
+        """Create an issue."""
+        if title == "explode":
+            raise RuntimeError(f"insert failed on {SECRET}\n{TRACE}")
+        return f"created {title} with priority {priority}"
+
+    @server.tool()
+    def crash() -> str:
+        """Answered with an HTTP 500 by the middleware below."""
+        return "never"
+
+    @server.tool()
+    async def import_issues(count: int, ctx: Context[Any, Any, Any]) -> str:
+        """Report progress ``count`` times, ``PROGRESS_GAP_S`` apart."""
+        for step in range(count):
+            await ctx.report_progress(step + 1, count, f"issue {step + 1}")
+            await asyncio.sleep(PROGRESS_GAP_S)
+        return f"imported {count}"
+
+    return server
+
+
+def failing_crash(app: ASGIApp) -> ASGIApp:
+    """``tools/call crash`` answered with HTTP 500 and a JSON-RPC error holding a trace, as a
+    server whose framework failed outside the tool answers."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        messages, body, more = [], b"", True
+        while more:
+            message = await receive()
+            messages.append(message)
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        call = json.loads(body)
+        if call.get("method") == "tools/call" and call["params"]["name"] == "crash":
+            error = {"code": -32603, "message": f"Internal error: {SECRET}\n{TRACE}"}
+            payload = json.dumps({"jsonrpc": "2.0", "id": call["id"], "error": error}).encode()
+            headers = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 500, "headers": headers})
+            await send({"type": "http.response.body", "body": payload})
+            return
+        replay = iter(messages)
+
+        async def receive_again() -> Any:
+            try:
+                return next(replay)
+            except StopIteration:
+                return await receive()
+
+        await app(scope, receive_again, send)
+
+    return wrapped
+
+
+@asynccontextmanager
+async def serving(server: FastMCP) -> AsyncIterator[str]:
+    """``server`` under uvicorn on a free loopback port; its base URL; stopped after."""
+    port = free_port()
+    config = uvicorn.Config(
+        failing_crash(server.streamable_http_app()),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+    )
+    runner = uvicorn.Server(config)
+    task = asyncio.create_task(runner.serve())
+    async with asyncio.timeout(10):
+        while not runner.started:  # noqa: ASYNC110 (uvicorn offers a flag, not an event)
+            await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        runner.should_exit = True
+        await task
+
+
+@asynccontextmanager
+async def session(url: str) -> AsyncIterator[ClientSession]:
+    """An initialized SDK client session on ``url`` (the server's ``/mcp``)."""
+    async with (
+        streamable_http_client(url) as (read, write, _),
+        ClientSession(read, write) as client,
+    ):
+        await client.initialize()
+        yield client
+
+
+def through(mend: Mend) -> str:
+    return str(mend.client.make_url("/mcp"))
+
+
+def no_leak(value: Any) -> None:
+    text = json.dumps(value, default=str)
+    for leaked in LEAKS:
+        assert leaked not in text, leaked
+
+
+@pytest.mark.parametrize("json_response", [True, False], ids=["json", "sse"])
+async def test_a_tool_exception_reaches_the_model_as_a_recovery_plan(
+    start_mend: StartMend, json_response: bool
+) -> None:
+    """A tool raising with a stack trace and a secret: still a result with isError, its text
+    the recovery plan, the envelope in _meta["mend/error"], nothing planted in it."""
+    async with serving(mcp_server(json_response=json_response)) as upstream:
+        mend = await start_mend(upstream)
+        async with session(through(mend)) as client:
+            result = await client.call_tool("create_issue", {"title": "explode", "priority": 1})
+    assert result.isError is True
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert text.startswith("Error TOOL_FAILED")
+    assert "What failed: The tool create_issue reported an error" in text
+    assert "Action required:\n1. " in text
+    assert result.meta is not None
+    envelope = result.meta["mend/error"]
+    assert (envelope["code"], envelope["action"]) == ("TOOL_FAILED", "report_bug")
+    assert text.rstrip().endswith(json.dumps({"error": envelope}, separators=(",", ":")))
+    no_leak(result.model_dump())
+
+
+@pytest.mark.parametrize("json_response", [True, False], ids=["json", "sse"])
+async def test_a_validation_error_names_the_argument_to_fix(
+    start_mend: StartMend, json_response: bool
+) -> None:
+    """FastMCP's pydantic text for bad arguments becomes VALIDATION_FAILED on /priority, with
+    the value sent and the plan to call the tool again."""
+    async with serving(mcp_server(json_response=json_response)) as upstream:
+        mend = await start_mend(upstream)
+        async with session(through(mend)) as client:
+            result = await client.call_tool("create_issue", {"title": "t", "priority": "high"})
+    assert result.isError is True
+    envelope = result.meta["mend/error"]  # type: ignore[index]
+    assert envelope["code"] == "VALIDATION_FAILED"
+    assert envelope["field"] == "/priority"
+    assert envelope["invalid_fields"][0]["received"] == "high"
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert "Send the create_issue tool call again." in text
+
+
+@pytest.mark.parametrize("json_response", [True, False], ids=["json", "sse"])
+async def test_http_500_with_a_jsonrpc_error_reaches_the_client_as_an_mcp_error(
+    start_mend: StartMend, json_response: bool
+) -> None:
+    """An HTTP 500 carrying a JSON-RPC error (the SDK client reads no 5xx body) arrives as a
+    JSON-RPC error the client raises as McpError: the upstream's code, the plan in the message."""
+    async with serving(mcp_server(json_response=json_response)) as upstream:
+        mend = await start_mend(upstream)
+        async with session(through(mend)) as client:
+            with pytest.raises(McpError) as raised:
+                await client.call_tool("crash", {})
+            after = await client.call_tool("create_issue", {"title": "ok", "priority": 2})
+    error = raised.value.error
+    data = dict(error.data or {})
+    assert error.code == -32603
+    assert data["upstream_status"] == 500
+    assert data["hint"] in error.message
+    no_leak(error.model_dump())
+    assert after.isError is False  # the session goes on
+
+
+async def test_a_dead_upstream_is_an_mcp_error_the_client_parses(start_mend: StartMend) -> None:
+    """With nothing listening, initialize fails with UPSTREAM_UNREACHABLE as a JSON-RPC error
+    carrying the request's id, not an envelope the SDK cannot read."""
+    mend = await start_mend(f"http://127.0.0.1:{free_port()}")
+    raised: list[McpError] = []
+    try:
+        async with session(through(mend)):
+            pass
+    except* McpError as group:  # the SDK raises it inside its transport's task group
+        raised.extend(_leaves(group))
+    assert len(raised) == 1
+    error = raised[0].error
+    data = dict(error.data or {})
+    assert "initialize" in error.message
+    assert data["code"] == "UPSTREAM_UNREACHABLE"
+    assert data["retryable"] is True
+    assert error.code == -32603
+
+
+def _leaves(group: BaseExceptionGroup[McpError]) -> list[McpError]:
+    out: list[McpError] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
+
+
+async def _progress_arrivals(url: str) -> list[float]:
+    arrivals: list[float] = []
+
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
+        arrivals.append(time.monotonic())
+
+    async with session(url) as client:
+        result = await client.call_tool(
+            "import_issues", {"count": PROGRESS_STEPS}, progress_callback=progress
+        )
+    assert result.isError is False
+    return arrivals
+
+
+async def test_progress_notifications_stream_through_with_their_spacing(
+    start_mend: StartMend,
+) -> None:
+    """30 progress notifications on an SSE answer arrive one by one through mend, spaced as
+    they arrive direct (the spans compared as a ratio), never held for the final result."""
+    async with serving(mcp_server(json_response=False)) as upstream:
+        mend = await start_mend(upstream)
+        direct = await _progress_arrivals(f"{upstream}/mcp")
+        proxied = await _progress_arrivals(through(mend))
+    assert len(direct) == len(proxied) == PROGRESS_STEPS
+    span_direct, span_proxied = direct[-1] - direct[0], proxied[-1] - proxied[0]
+    assert 0.7 < span_proxied / span_direct < 1.4
+    gaps = [b - a for a, b in itertools.pairwise(proxied)]
+    assert sorted(gaps)[len(gaps) // 2] > PROGRESS_GAP_S * 0.5  # not delivered in one burst
+
+
+@pytest.mark.parametrize("json_response", [True, False], ids=["json", "sse"])
+async def test_a_successful_call_is_byte_for_byte_what_the_server_sent(
+    start_mend: StartMend, json_response: bool
+) -> None:
+    """A plain successful tools/call (stateless server) is the same bytes direct and through
+    mend."""
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "create_issue", "arguments": {"title": "t", "priority": 3}},
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18",
+    }
+    async with serving(mcp_server(json_response=json_response, stateless=True)) as upstream:
+        mend = await start_mend(upstream)
+        async with httpx.AsyncClient() as client:
+            direct = await client.post(f"{upstream}/mcp", json=call, headers=headers)
+            proxied = await client.post(through(mend), json=call, headers=headers)
+    assert direct.status_code == proxied.status_code == 200
+    assert proxied.content == direct.content
+    assert b"created t with priority 3" in proxied.content
+    assert "X-Error-Code" not in proxied.headers

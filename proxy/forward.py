@@ -17,6 +17,7 @@ from aiohttp.connector import Connection
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.failures import UpstreamProtocolError
+from proxy.rawhead import install_for_clients
 
 if TYPE_CHECKING:
     from proxy.tls import ClientTLS
@@ -213,6 +214,9 @@ class Upstreams:
     #: by route name: the TLS context and server name of each route with a ``tls:`` block
     tls: dict[str, ClientTLS] = field(default_factory=dict)
     _sessions: dict[str, aiohttp.ClientSession] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        install_for_clients()  # request header bytes that are not UTF-8 pass as sent
 
     def session(self, route: str, read_timeout: float) -> aiohttp.ClientSession:
         session = self._sessions.get(route)

@@ -11,13 +11,13 @@ response classes here prevent.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.forward import end_to_end
+from proxy.rawhead import head_bytes, is_ascii
 
 #: Response headers naming the upstream's software, dropped from every response.
 BANNERS = ("server", "x-powered-by", "x-aspnet-version", "x-aspnetmvc-version", "x-sourcefiles")
@@ -55,25 +55,17 @@ class _Verbatim:
             self._headers.popall("Content-Type", None)
 
     async def _write_headers(self) -> None:
-        if all(value.isascii() for value in self._headers.values()):
+        if is_ascii(self._headers):
             await super()._write_headers()  # type: ignore[misc]
             return
         request, writer = self._req, self._payload_writer
         assert request is not None
         assert writer is not None
-        lines = [f"HTTP/{request.version[0]}.{request.version[1]} {self.status} {self.reason}"]
-        lines.extend(f"{name}: {value}" for name, value in self._headers.items())
-        head = "\r\n".join(lines) + "\r\n\r\n"
-        if _CONTROL.search(head[:-4].replace("\r\n", " ")) is not None:
-            raise ValueError("control character in a response header")
-        writer._headers_buf = head.encode("utf-8", "surrogateescape")
+        status_line = f"HTTP/{request.version[0]}.{request.version[1]} {self.status} {self.reason}"
+        writer._headers_buf = head_bytes(status_line, self._headers)
         writer._headers_written = False
         if self._send_headers_immediately:
             writer.send_headers()
-
-
-#: Bytes no header line may hold (aiohttp's own writer refuses them too).
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 class PassedResponse(_Verbatim, web.Response):

@@ -49,8 +49,15 @@ async def no_continue_sink(reader: asyncio.StreamReader, writer: asyncio.StreamW
         await writer.drain()
 
 
+DIGEST = (
+    'Digest realm="api", nonce="6bf5d6e4da1ce66918800195d6b9130d", '
+    'opaque="372825293d1c26955496c80ed6426e9e", qop=auth'
+)
 #: Raw responses by request path, for the header tests (each a full HTTP/1.1 response).
 CANNED = {
+    b"/digest": b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: "
+    + DIGEST.encode()
+    + b"\r\nContent-Length: 0\r\n\r\n",
     b"/banner": b"HTTP/1.1 200 OK\r\nServer: Werkzeug/3.1.9 Python/3.11.7\r\n"
     b"X-Powered-By: Express\r\nX-AspNet-Version: 4.0.30319\r\nContent-Type: text/plain\r\n"
     b"X-Custom: kept\r\nContent-Length: 2\r\n\r\nok",
@@ -102,6 +109,14 @@ async def long_poll(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) 
     await writer.drain()
 
 
+async def echo_head(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answers with the request head it received, byte for byte, as the body."""
+    while True:
+        head = await read_head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(head) + head)
+        await writer.drain()
+
+
 @pytest.fixture(scope="module")
 def upstreams() -> Iterator[dict[str, RawServer]]:
     with ExitStack() as stack:
@@ -110,6 +125,7 @@ def upstreams() -> Iterator[dict[str, RawServer]]:
             "canned": stack.enter_context(raw_server(canned)),
             "sse": stack.enter_context(raw_server(sse_with_gaps)),
             "poll": stack.enter_context(raw_server(long_poll)),
+            "echo": stack.enter_context(raw_server(echo_head)),
         }
 
 
@@ -211,10 +227,13 @@ def test_refused_request_is_refused_before_its_body(tmp_path: Path) -> None:
     assert json.loads(result.stdout)["error"]["code"] == "REQUEST_TOO_LARGE"
 
 
-def _head(port: int, target: str, *extra: str) -> tuple[int, dict[str, list[str]], bytes]:
+def _head(
+    port: int, target: str, *extra: str, timeout: float = 10.0
+) -> tuple[int, dict[str, list[str]], bytes]:
     """Status, headers (lower-cased names, every value) and body, from a raw HTTP exchange."""
     request = f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-    response = raw_exchange(port, (request + "".join(f"{h}\r\n" for h in extra) + "\r\n").encode())
+    message = request + "".join(f"{h}\r\n" for h in extra) + "\r\n"
+    response = raw_exchange(port, message.encode(), timeout=timeout)
     head, _, body = response.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     headers: dict[str, list[str]] = {}
@@ -292,7 +311,7 @@ def test_sse_flows_through_an_inspecting_route(
 @pytest.mark.slow
 def test_long_poll_longer_than_thirty_seconds(mend: MendProcess) -> None:
     """A long-poll answered after 35 s gets its answer (read_timeout is 60 s, as nginx's)."""
-    status, _, body = _head(mend.port, "/poll/")
+    status, _, body = _head(mend.port, "/poll/", timeout=60)
     assert (status, body) == (200, b"news")
 
 
@@ -308,3 +327,48 @@ def test_latin1_response_header_bytes_pass_unchanged(
         assert line in direct
         assert line in through
     assert through.endswith(b"\r\n\r\npdf")
+
+
+async def hang_up_target(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answers a streamed success 0.3 s late: the agent has hung up by then."""
+    await read_head(reader)
+    await asyncio.sleep(0.3)
+    writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+    await writer.drain()
+
+
+def test_an_agent_that_hangs_up_is_not_mends_failure(tmp_path: Path) -> None:
+    """An agent gone before its answer is logged as 499 client_closed, not as a
+    PROXY_INTERNAL_ERROR counted against mend (nginx's 499)."""
+    with raw_server(hang_up_target) as slow:
+        config = {
+            "watch_rules": False,
+            "routes": [{"name": "s", "upstream": f"http://127.0.0.1:{slow.port}"}],
+        }
+        with mend_process(tmp_path, config) as mend:
+            with socket.create_connection(("127.0.0.1", mend.port)) as sock:
+                sock.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            time.sleep(1.0)
+            lines = [line for line in mend.log_lines() if line.get("event") == "request"]
+    assert [(line["status"], line["outcome"]) for line in lines] == [(499, "client_closed")]
+
+
+def test_digest_challenge_survives_into_the_envelope(mend: MendProcess) -> None:
+    """A 401's Digest challenge keeps its nonce and opaque as sent (redacted, they made Digest
+    authentication impossible through mend: client-suites B1); the envelope is still built."""
+    status, headers, body = _head(mend.port, "/canned/digest")
+    assert status == 401
+    assert headers["www-authenticate"] == [DIGEST]
+    assert json.loads(body)["error"]["category"] == "auth"
+
+
+def test_latin1_request_header_bytes_reach_the_upstream(mend: MendProcess) -> None:
+    """An agent's header value in latin-1 reaches the upstream byte for byte (aiohttp's client
+    writer used to drop what it could not encode as UTF-8)."""
+    request = (
+        b"GET /echo/ HTTP/1.1\r\nHost: x\r\nX-Name: caf\xe9\r\n"
+        b"Content-Disposition: attachment; filename=r\xe9sum\xe9.pdf\r\nConnection: close\r\n\r\n"
+    )
+    seen = raw_exchange(mend.port, request).partition(b"\r\n\r\n")[2]
+    assert b"\r\nX-Name: caf\xe9\r\n" in seen
+    assert b"filename=r\xe9sum\xe9.pdf\r\n" in seen

@@ -1,7 +1,8 @@
 """The proxy: one request's whole path, top to bottom, in ``Proxy.handle``.
 
-forward -> classify -> read -> match -> build envelope (redacting) -> render -> observe.
-Successes never leave the streaming branch; only responses a rule set inspects are read.
+protocol -> forward -> classify -> read -> match -> build envelope (redacting) -> render -> observe.
+Successes never leave the streaming branch; only responses a rule set or the agent's protocol
+(``proxy/protocols``) inspects are read, and event streams are rewritten as they arrive.
 """
 
 from __future__ import annotations
@@ -22,14 +23,22 @@ from structlog.typing import FilteringBoundLogger
 from yarl import URL
 
 from proxy import body as bodies
+from proxy import nesting
 from proxy.build import BuildOptions
 from proxy.catalog import BASE as CATALOG_BASE
 from proxy.catalog import Catalog, catalog_pages
 from proxy.connection import AgentServer
 from proxy.engine import Engine, RuleStore
 from proxy.envelope import Envelope
-from proxy.evaluate import agent_redactor, rewrite
-from proxy.exchange import Exchange
+from proxy.evaluate import (
+    Evaluation,
+    agent_redactor,
+    answer,
+    answer_exchange,
+    described,
+    rewrite,
+)
+from proxy.exchange import NOT_JSON, Exchange
 from proxy.failures import (
     ForwardProxyRefused,
     ProxyBug,
@@ -44,18 +53,23 @@ from proxy.forward import Upstreams, upstream_request_headers
 from proxy.logs import make_logger
 from proxy.metrics import Metrics, RepeatTracker
 from proxy.passthrough import PassedResponse, PassedStream, passthrough_headers
+from proxy.protocols.base import Call, Inspection, Protocol, ProtocolName, Rendered
+from proxy.protocols.detect import Detector, default_protocols
+from proxy.protocols.graphql import RESPONSE_TYPE as GRAPHQL_RESPONSE
+from proxy.protocols.sse import Event, EventRewriter
 from proxy.redact import Redactor, is_internal_header
 from proxy.render import Negotiator, Rendering, render, safe_header_value
 from proxy.request_id import request_id
-from proxy.ruleset import Match
+from proxy.ruleset import Match, RuleSet
 from proxy.settings import Route, Settings
 from proxy.target import Origin, upstream_target
+from proxy.tls import client_tls
 from proxy.tunnel import Tunnel
 
 #: Upstream headers an agent needs to act on an envelope; all others are dropped from envelopes.
 KEPT_ON_ENVELOPES = re.compile(
     r"^(www-authenticate|allow|accept|accept-patch|accept-post|retry-after|"
-    r"(x-)?ratelimit(-.*)?|x-rate-limit-.*)$",
+    r"(x-)?ratelimit(-.*)?|x-rate-limit-.*|mcp-session-id|mcp-protocol-version)$",
     re.I,
 )
 _HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
@@ -83,13 +97,18 @@ class Proxy:
         metrics: Metrics,
         logger: FilteringBoundLogger,
         redactor: Redactor,
+        detector: Detector,
     ) -> None:
         self.settings = settings
         self.store = store
         self.metrics = metrics
         self.log = logger
         self.redactor = redactor
-        self.upstreams = Upstreams(max_interim_responses=settings.max_interim_responses)
+        self.detector = detector
+        self.upstreams = Upstreams(
+            max_interim_responses=settings.max_interim_responses,
+            tls=client_tls(settings.routes, logger),  # verify: false is logged here, at start
+        )
         self.negotiator = Negotiator()
         self.repeats = RepeatTracker()
         #: WebSocket sessions being relayed, ended first when mend shuts down
@@ -135,6 +154,7 @@ class Proxy:
         route_name = runtime.route.name if runtime else "none"
         exchange = _exchange(request, rid, route_name)
         upstream_s: float | None = None
+        call: Call | None = None
         try:
             if request.method == "CONNECT" or not request.raw_path.startswith("/"):
                 raise ForwardProxyRefused("absolute-form or CONNECT request target")
@@ -142,43 +162,60 @@ class Proxy:
                 raise RouteNotFound(request.path)
             route = runtime.route
             target = upstream_target(request.raw_path, route.prefix, route.strip_prefix)
+            # 0. protocol: what the agent speaks, from its headers; a JSON body is kept on the side
+            call = self.detector.call(request, route.protocol)
             self._check_request_size(request)
             # 1. forward
             with upstream_errors():
-                upstream = await self._forward(request, runtime, target, rid)
+                upstream = await self._forward(request, runtime, target, rid, call)
             upstream_s = time.perf_counter() - started
             self.metrics.for_route(route_name).upstream_duration.observe(upstream_s)
         except ProxyFailure as failure:
-            return await self._fail(request, exchange, runtime, failure, started, upstream_s)
+            return await self._fail(request, exchange, runtime, failure, started, upstream_s, call)
         except Exception as exc:
-            return await self._fail(request, exchange, runtime, self._bug(exc), started, upstream_s)
+            bug = self._bug(exc)
+            return await self._fail(request, exchange, runtime, bug, started, upstream_s, call)
 
         if upstream.status == 101:  # switched protocols (a WebSocket): bytes both ways from here
             return await self._tunnel(request, exchange, runtime, upstream, started, upstream_s)
         try:
             ruleset = self.store.engine.routes[route_name]
-            # 2. classify: successes stream through untouched unless the route inspects them,
-            # and a stream (SSE, NDJSON, any body without a length) is never held to be inspected
-            if not ruleset.inspects(upstream.status) or (
-                upstream.status < 400 and _is_stream(upstream)
-            ):
+            # 2. classify: successes stream through untouched unless the route or the agent's
+            # protocol inspects them; a stream (SSE, NDJSON, any body without a length) is never
+            # held, and an MCP event stream is rewritten event by event as it arrives
+            call, inspection = self._classify(request, runtime, ruleset, upstream, call)
+            if inspection is Inspection.EVENTS and call is not None and call.protocol:
+                return await self._events(
+                    request, exchange, runtime, ruleset, upstream, call, started, upstream_s
+                )
+            if inspection is Inspection.NONE:
                 response = await self._stream(request, runtime, upstream, b"")
                 return await self._finish(
                     request, exchange, response, started, upstream_s, "passthrough"
                 )
             rewrite_started = time.perf_counter()
             is_success = upstream.status < 400
-            # 3. read (a success only to a peek; an error up to the cap)
+            # 3. read (a REST success only to a peek; an error or a protocol answer to the cap;
+            # a success that does not arrive whole in time streams on from what was read)
+            protocol = call.protocol if call is not None else None
             limit = (
                 self.settings.success_peek_bytes
-                if is_success
+                if is_success and protocol is None
                 else self.settings.error_body_max_bytes
             )
             raw, complete = await self._read_capped(
-                upstream, limit, runtime.route.error_body_timeout
+                upstream,
+                limit,
+                runtime.route.error_body_timeout,
+                give_up=is_success and protocol is not None,
             )
             if is_success and not complete:
                 response = await self._stream(request, runtime, upstream, raw)
+                return await self._finish(
+                    request, exchange, response, started, upstream_s, "passthrough"
+                )
+            if is_success and not _may_hold_errors(protocol, upstream, raw):
+                response = await self._send_buffered(request, upstream, raw)
                 return await self._finish(
                     request, exchange, response, started, upstream_s, "passthrough"
                 )
@@ -193,26 +230,28 @@ class Proxy:
             exchange.headers = upstream.headers
             exchange.content_type = upstream.content_type.lower()
             exchange.text, exchange.json, exchange.truncated = body.text, body.json, body.truncated
-            # 4. match
-            match = ruleset.match(exchange)
-            if match is None:  # an inspected success that no rule calls an error
+            # 4-7. match, build, redact, render: in the agent's protocol when it speaks one
+            answered = self._answer(request, runtime, ruleset, exchange, upstream, call)
+            if answered is None:  # an inspected success that no rule calls an error
                 response = await self._send_buffered(request, upstream, raw)
                 return await self._finish(
                     request, exchange, response, started, upstream_s, "passthrough"
                 )
-            # 5-7. build, redact, render
-            response, envelope = self._envelope_response(
-                request, runtime.route, exchange, match, upstream
-            )
+            response, envelope = answered
             self.metrics.for_route(route_name).rewrite_duration.observe(
                 time.perf_counter() - rewrite_started
             )
         except ProxyFailure as failure:
-            return await self._fail(request, exchange, runtime, failure, started, upstream_s)
+            return await self._fail(request, exchange, runtime, failure, started, upstream_s, call)
+        except ConnectionResetError:  # the agent hung up before its answer: nginx's 499
+            gone = web.Response(status=499)
+            self._observe(exchange, gone, started, upstream_s, "client_closed", None, None)
+            return gone
         except Exception as exc:
             if request.get(_STARTED):  # headers already sent: nothing left to say but abort
                 raise
-            return await self._fail(request, exchange, runtime, self._bug(exc), started, upstream_s)
+            bug = self._bug(exc)
+            return await self._fail(request, exchange, runtime, bug, started, upstream_s, call)
         finally:
             upstream.release()
         # 8. send, then observe
@@ -228,7 +267,7 @@ class Proxy:
         if limit is not None and length is not None and length > limit:
             raise RequestTooLarge(f"Content-Length {length} > {limit}", limit=limit)
 
-    async def _body(self, request: web.BaseRequest) -> AsyncIterator[bytes]:
+    async def _body(self, request: web.BaseRequest, call: Call | None) -> AsyncIterator[bytes]:
         """The agent's body as it arrives: a pause over ``client_body_timeout`` or more than
         ``request_body_max_bytes`` ends it (and with it the upstream request it was feeding).
 
@@ -236,6 +275,8 @@ class Proxy:
         default and nginx when it starts reading: the agent never stalls on a 100 the upstream
         may never send (``Expect`` is not forwarded), and a request refused before its body is
         needed (413, 404, 400) is refused without the agent sending it.
+
+        A ``call`` keeps a copy of the first bytes as they pass (``Call.feed``), for its protocol.
         """
         limit = self.settings.request_body_max_bytes
         idle = self.settings.client_body_timeout
@@ -252,6 +293,8 @@ class Proxy:
             except TimeoutError:
                 raise RequestTimeout(f"no request body byte for {idle:g} s") from None
             if not chunk:
+                if call is not None:
+                    call.end()
                 return
             seen += len(chunk)
             if limit is not None and seen > limit:
@@ -259,10 +302,17 @@ class Proxy:
             elapsed = time.monotonic() - began
             if rate is not None and elapsed > _BODY_RATE_GRACE_S and seen < rate * elapsed:
                 raise RequestTimeout(f"request body slower than {rate} bytes/s")
+            if call is not None:
+                call.feed(chunk)
             yield chunk
 
     async def _forward(
-        self, request: web.BaseRequest, runtime: RouteRuntime, target: str, rid: str
+        self,
+        request: web.BaseRequest,
+        runtime: RouteRuntime,
+        target: str,
+        rid: str,
+        call: Call | None,
     ) -> aiohttp.ClientResponse:
         route = runtime.route
         headers = upstream_request_headers(
@@ -279,7 +329,7 @@ class Proxy:
             request.method,
             runtime.origin.url(target),
             headers=headers,
-            data=self._body(request) if request.body_exists else None,
+            data=self._body(request, call) if request.body_exists else None,
             allow_redirects=False,
             timeout=runtime.timeout,
         )
@@ -290,11 +340,13 @@ class Proxy:
         runtime: RouteRuntime,
         upstream: aiohttp.ClientResponse,
         head: bytes,
+        events: EventRewriter | None = None,
     ) -> web.StreamResponse:
         """Pass a response through as it arrives: status, end-to-end headers, bytes.
 
         From here on the upstream may pause up to the route's ``idle_timeout`` between bytes
         (an SSE stream, a long-poll), not the ``read_timeout`` that bounded its headers.
+        With ``events``, each event goes out the moment it is complete, rewritten or not.
         """
         _idle_timeout(upstream, runtime.route.idle_timeout)
         limit = self.settings.response_body_max_bytes
@@ -311,6 +363,8 @@ class Proxy:
             # one write for headers and body instead of three: most API answers are this small
             with upstream_errors():
                 body = await upstream.read()
+            if events is not None:
+                body = events.feed(body) + events.close()
             return await self._send_buffered(request, upstream, body)
         response = PassedStream(
             status=upstream.status,
@@ -323,7 +377,13 @@ class Proxy:
             await response.write(head)
         try:
             async for chunk in upstream.content.iter_any():
+                if events is not None:
+                    chunk = events.feed(chunk)  # noqa: PLW2901 (what goes out)
+                    if not chunk:
+                        continue
                 await response.write(chunk)
+            if events is not None and (rest := events.close()):
+                await response.write(rest)
         except aiohttp.ClientError as exc:
             # headers are gone already: the only honest signal left is an aborted connection
             self.log.warning(
@@ -400,22 +460,32 @@ class Proxy:
 
     @staticmethod
     async def _read_capped(
-        upstream: aiohttp.ClientResponse, limit: int, deadline_s: float
+        upstream: aiohttp.ClientResponse, limit: int, deadline_s: float, *, give_up: bool = False
     ) -> tuple[bytes, bool]:
         """The body if it has at most ``limit`` bytes, else its first ``limit + 1`` bytes, and
         whether that was the whole body; within ``deadline_s``: an upstream dripping a byte a
-        second resets every per-read timer, not this one."""
+        second resets every per-read timer, not this one. With ``give_up``, a body still
+        arriving at the deadline is not an error: what came so far is returned, not whole."""
         buf = bytearray()
         with upstream_errors():
-            async with asyncio.timeout(deadline_s):
-                while len(buf) <= limit:
-                    chunk = await upstream.content.read(limit + 1 - len(buf))
-                    if not chunk:
-                        return bytes(buf), True
-                    buf += chunk
+            try:
+                async with asyncio.timeout(deadline_s):
+                    while len(buf) <= limit:
+                        chunk = await upstream.content.read(limit + 1 - len(buf))
+                        if not chunk:
+                            return bytes(buf), True
+                        buf += chunk
+            except TimeoutError:
+                if not give_up:
+                    raise
         return bytes(buf), False  # all of it: a success streams on from here, byte for byte
 
     # --- envelopes ------------------------------------------------------------------------------
+
+    def _redactor(self, route: str | None) -> Redactor:
+        """The route's redactor in the engine in force: the shipped detectors with its
+        ``redaction:`` additions, swapped with the rules on reload."""
+        return self.store.engine.redactor_for(route)
 
     def _options(self, request: web.BaseRequest) -> BuildOptions:
         if self.options.docs_base_url:
@@ -423,6 +493,124 @@ class Proxy:
         # the agent reached us under this host; a Host header that is not a plain host is ignored
         host = request.host if _HOST.match(request.host or "") else self.settings.listen
         return replace(self.options, docs_base_url=f"{request.scheme}://{host}")
+
+    def _classify(
+        self,
+        request: web.BaseRequest,
+        runtime: RouteRuntime,
+        ruleset: RuleSet,
+        upstream: aiohttp.ClientResponse,
+        call: Call | None,
+    ) -> tuple[Call | None, Inspection]:
+        """Stream a response, read it, or rewrite its events; and the call whose protocol said
+        so (made here when only the response names its protocol)."""
+        status = upstream.status
+        if status >= 400:
+            return call, Inspection.DOCUMENT if ruleset.inspects(status) else Inspection.NONE
+        content_type = upstream.content_type
+        if 200 <= status < 300 and status != 204 and request.method != "HEAD":
+            if (
+                call is None
+                and content_type == GRAPHQL_RESPONSE
+                and runtime.route.protocol is not ProtocolName.HTTP
+            ):
+                call = self._bare_call(request)
+            protocol = self.detector.for_response(call, content_type, NOT_JSON) if call else None
+            if call is not None and protocol is not None:
+                wanted = protocol.inspects(call, content_type)
+                if wanted is not Inspection.NONE:
+                    return call, wanted
+        if ruleset.inspects(status) and not _is_stream(upstream):
+            return call, Inspection.DOCUMENT
+        return call, Inspection.NONE
+
+    def _bare_call(self, request: web.BaseRequest) -> Call:
+        """A call for a request nothing marked, for a response that names its own protocol."""
+        return self.detector.make(
+            method=request.method,
+            query_string=request.query_string,
+            accept=request.headers.get("Accept", ""),
+        )
+
+    async def _events(
+        self,
+        request: web.BaseRequest,
+        exchange: Exchange,
+        runtime: RouteRuntime,
+        ruleset: RuleSet,
+        upstream: aiohttp.ClientResponse,
+        call: Call,
+        started: float,
+        upstream_s: float | None,
+    ) -> web.StreamResponse:
+        """An event stream (MCP over streamable HTTP) passed event by event as each arrives; an
+        event carrying an error is replaced by its protocol's answer, every other one passes
+        unchanged at once (``proxy/protocols/sse.py``)."""
+        protocol = call.protocol
+        assert protocol is not None
+        exchange.status, exchange.headers = upstream.status, upstream.headers
+        exchange.content_type, exchange.protocol = "application/json", protocol.name.value
+        options = self._options(request)
+        found: list[Evaluation] = []
+
+        def rewrite_event(event: Event) -> bytes | None:
+            if event.event not in ("", "message"):
+                return None
+            document = nesting.loads(event.data)
+            if document is NOT_JSON:
+                return None
+            one = replace(exchange, json=document, text=event.data, queried={})
+            try:
+                redactor = self._redactor(exchange.route)
+                answered = answer(protocol, call, one, ruleset, redactor, options)
+            except Exception as exc:  # a bug must not end the stream the agent is reading
+                self._bug(exc)
+                return None
+            if answered is None or answered.rendered is None:
+                return None
+            for evaluation in answered.evaluations:
+                self._count(request, exchange, evaluation, protocol)
+            if not found:
+                exchange.text = event.data  # for the log line, masked there
+            found.extend(answered.evaluations)
+            return event.with_data(answered.rendered.body.decode("utf-8"))
+
+        events = EventRewriter(rewrite_event, protocol.may_hold_errors)
+        response = await self._stream(request, runtime, upstream, b"", events)
+        outcome, envelope = ("envelope", found[0].envelope) if found else ("passthrough", None)
+        return await self._finish(
+            request, exchange, response, started, upstream_s, outcome, envelope
+        )
+
+    def _answer(
+        self,
+        request: web.BaseRequest,
+        runtime: RouteRuntime,
+        ruleset: RuleSet,
+        exchange: Exchange,
+        upstream: aiohttp.ClientResponse,
+        call: Call | None,
+    ) -> tuple[web.Response, Envelope] | None:
+        """The envelope response to a read response, in the agent's protocol when it speaks one
+        (``evaluate.answer_exchange``); ``None`` when no rule calls it an error."""
+        route = runtime.route
+        if (
+            call is None
+            and route.protocol is not ProtocolName.HTTP
+            and (exchange.status or 0) >= 400
+        ):
+            call = self._bare_call(request)  # an error body may say what it is (JSON-RPC)
+        options = self._options(request)
+        redactor = self._redactor(route.name)
+        answered = answer_exchange(ruleset, exchange, call, self.detector, redactor, options)
+        if answered is None:
+            return None
+        for evaluation in answered.evaluations:
+            self._count(request, exchange, evaluation, answered.protocol)
+        status = exchange.status or 502
+        return self._reply(
+            request, route, answered.evaluations, upstream, status, answered.rendered
+        )
 
     def _envelope_response(
         self,
@@ -433,30 +621,77 @@ class Proxy:
         upstream: aiohttp.ClientResponse | None,
         status: int | None = None,
     ) -> tuple[web.Response, Envelope]:
-        evaluation = rewrite(match, exchange, self.redactor, self._options(request))
-        envelope, kinds = evaluation.envelope, evaluation.redactions
-        default = route.rendering if route else Rendering.JSON
-        rendering = (
-            default
-            if route and route.force_rendering
-            else self.negotiator.choose(request.headers.get("Accept"), default)
-        )
+        redactor = self._redactor(exchange.route)
+        evaluation = rewrite(match, exchange, redactor, self._options(request))
+        self._count(request, exchange, evaluation, None)
         http_status = status or exchange.status or 502
-        if route is not None and route.status == 200:
+        return self._reply(request, route, [evaluation], upstream, http_status, None)
+
+    def _count(
+        self,
+        request: web.BaseRequest,
+        exchange: Exchange,
+        evaluation: Evaluation,
+        protocol: Protocol | None,
+    ) -> None:
+        """One envelope into the metrics: its code, its redactions, whether it repeats."""
+        envelope = evaluation.envelope
+        self.metrics.envelope(
+            exchange.route,
+            envelope,
+            fallback=evaluation.match.rule.is_fallback,
+            protocol=protocol.name.value if protocol is not None else ProtocolName.HTTP.value,
+        )
+        self.metrics.redacted(evaluation.redactions)
+        fingerprint = (
+            f"{request.remote}|{request.method}|{request.path_qs}|{request.content_length}"
+        )
+        if self.repeats.seen_again(fingerprint, envelope.code):
+            self.metrics.repeats.labels(exchange.route, envelope.code, envelope.action.value).inc()
+
+    def _reply(
+        self,
+        request: web.BaseRequest,
+        route: Route | None,
+        evaluations: list[Evaluation],
+        upstream: aiohttp.ClientResponse | None,
+        status: int,
+        rendered: Rendered | None,
+    ) -> tuple[web.Response, Envelope]:
+        """The response carrying the envelopes: ``rendered`` in the agent's protocol, else the
+        first envelope in the rendering ``Accept`` (or the route) asks for; with the headers
+        every envelope gets (CONTRACT §3)."""
+        envelope = evaluations[0].envelope
+        http_status = status
+        if route is not None and route.status == 200 and http_status >= 400:
             http_status = 200
-        body, content_type = render(envelope, rendering, http_status)
+        content_type: str | None
+        if rendered is None:
+            default = route.rendering if route else Rendering.JSON
+            rendering = (
+                default
+                if route and route.force_rendering
+                else self.negotiator.choose(request.headers.get("Accept"), default)
+            )
+            body, content_type = render(envelope, rendering, http_status)
+        else:
+            body, content_type, http_status = rendered.body, rendered.content_type, rendered.status
+            if route is not None and route.status == 200 and http_status >= 400:
+                http_status = 200
         headers = CIMultiDict[str]()
+        kinds: list[str] = []
         if upstream is not None:
             # the agent's own session: a cookie set with a 401 or a 409 must still reach it
             for cookie in upstream.headers.getall("Set-Cookie", ()):
                 headers.add("Set-Cookie", cookie)
             for name, value in upstream.headers.items():
                 if KEPT_ON_ENVELOPES.match(name) and not is_internal_header(name):
-                    scrubbed = self.redactor.scrub(value)
-                    kinds.extend(scrubbed.kinds)
-                    if scrubbed.text:
-                        headers.add(name, safe_header_value(scrubbed.text, limit=2048))
-        headers["Content-Type"] = content_type
+                    redactor = self._redactor(route.name if route else None)
+                    text = _scrub_header(name, value, redactor, kinds)
+                    if text:
+                        headers.add(name, safe_header_value(text, limit=2048))
+        if content_type is not None:
+            headers["Content-Type"] = content_type
         headers["X-Request-ID"] = envelope.request_id
         headers["X-Error-Code"] = safe_header_value(envelope.code)
         if not (route and route.force_rendering):
@@ -466,13 +701,7 @@ class Proxy:
             headers["X-Upstream-Status"] = str(envelope.upstream_status)
         if envelope.retryable and envelope.retry_after_ms is not None:
             headers["Retry-After"] = str(math.ceil(envelope.retry_after_ms / 1000))
-        self.metrics.envelope(exchange.route, envelope, fallback=match.rule.is_fallback)
         self.metrics.redacted(kinds)
-        fingerprint = (
-            f"{request.remote}|{request.method}|{request.path_qs}|{request.content_length}"
-        )
-        if self.repeats.seen_again(fingerprint, envelope.code):
-            self.metrics.repeats.labels(exchange.route, envelope.code, envelope.action.value).inc()
         return web.Response(status=http_status, body=body, headers=headers), envelope
 
     def _bug(self, exc: Exception) -> ProxyBug:
@@ -487,11 +716,31 @@ class Proxy:
         failure: ProxyFailure,
         started: float,
         upstream_s: float | None,
+        call: Call | None = None,
     ) -> web.StreamResponse:
-        response, envelope = self._failure(request, exchange, runtime, failure)
+        if call is not None:
+            await self._read_rest(request, call)
+        response, envelope = self._failure(request, exchange, runtime, failure, call)
         return await self._finish(
             request, exchange, response, started, upstream_s, "proxy_failure", envelope, failure
         )
+
+    async def _read_rest(self, request: web.BaseRequest, call: Call) -> None:
+        """The body of a call that failed before it went upstream (the upstream was unreachable),
+        read up to the call's cap: its JSON-RPC ids are what the answer must carry. A body
+        already partly sent, or awaiting a ``100 Continue``, is left alone."""
+        if call.tee is None or call.ended or call.seen or _expects_continue(request):
+            return
+        try:
+            async with asyncio.timeout(self.settings.client_body_timeout):
+                while call.seen <= call.cap:
+                    chunk = await request.content.readany()
+                    if not chunk:
+                        call.end()
+                        return
+                    call.feed(chunk)
+        except (TimeoutError, OSError):
+            return
 
     def _failure(
         self,
@@ -499,6 +748,7 @@ class Proxy:
         exchange: Exchange,
         runtime: RouteRuntime | None,
         failure: ProxyFailure,
+        call: Call | None = None,
     ) -> tuple[web.Response, Envelope]:
         if failure.upstream:
             self.metrics.upstream_failures.labels(exchange.route, failure.reason).inc()
@@ -508,14 +758,18 @@ class Proxy:
         if "limit" in failure.context:
             found["limit"] = failure.context["limit"]
         match = Match(rule, found)
-        return self._envelope_response(
-            request,
-            runtime.route if runtime else None,
-            exchange,
-            match,
-            None,
-            status=failure.status,
-        )
+        route = runtime.route if runtime else None
+        protocol = self.detector.resolve(call) if call is not None else None
+        if protocol is None or call is None:
+            return self._envelope_response(
+                request, route, exchange, match, None, status=failure.status
+            )
+        described(protocol, call, exchange)
+        redactor = self._redactor(exchange.route)
+        evaluation = rewrite(match, exchange, redactor, self._options(request))
+        self._count(request, exchange, evaluation, protocol)
+        rendered = protocol.render_whole(call, evaluation.envelope, failure.status)
+        return self._reply(request, route, [evaluation], None, failure.status, rendered)
 
     # --- send and observe ----------------------------------------------------------------------
 
@@ -574,8 +828,11 @@ class Proxy:
             line["upstream_ms"] = round(upstream_s * 1000, 3)
         if envelope is not None:
             line["code"], line["rule"] = envelope.code, envelope.rule
+            if exchange.protocol != "http":
+                line["protocol"] = exchange.protocol
             if exchange.text:
-                line["upstream_body"] = self.redactor.mask(exchange.text[:16384]).text
+                masked = self._redactor(exchange.route).mask(exchange.text[:16384])
+                line["upstream_body"] = masked.text
         if failure is not None:
             line["failure"] = str(failure)
         self.log.info("request", **line)
@@ -612,6 +869,38 @@ _STREAM_TYPES = frozenset(
         "application/stream+json",
     }
 )
+
+
+def _may_hold_errors(
+    protocol: Protocol | None, upstream: aiohttp.ClientResponse, raw: bytes
+) -> bool:
+    """Whether a success read for inspection may hold an error: a protocol's cheap scan says so
+    (a compressed body cannot be scanned); a REST success is for its rules to say."""
+    if protocol is None or upstream.headers.get("Content-Encoding"):
+        return True
+    return protocol.may_hold_errors(raw)
+
+
+#: Digest challenge parameters made for the client to send back verbatim: random by design,
+#: secrets to no one (RFC 7616 section 3.3); redacted, they made Digest authentication fail.
+_CHALLENGE_ECHOES = re.compile(r'(\b(?:nonce|opaque)=(?:"[^"]{0,512}"|[^\s,]{0,512}))', re.I)
+
+
+def _scrub_header(name: str, value: str, redactor: Redactor, kinds: list[str]) -> str:
+    """A kept upstream header for an envelope, redacted; a challenge's nonce and opaque are
+    kept as sent, the rest of it (realm, error_description) is redacted like any text."""
+    pieces = _CHALLENGE_ECHOES.split(value) if name.lower() == "www-authenticate" else [value]
+    out = []
+    for index, piece in enumerate(pieces):
+        if index % 2 or not piece.strip(" ,"):  # a nonce= or opaque= parameter, or a comma
+            out.append(piece)
+            continue
+        core = piece.strip()
+        scrubbed = redactor.scrub(core)
+        kinds.extend(scrubbed.kinds)
+        start = piece.index(core)
+        out.append(piece[:start] + scrubbed.text + piece[start + len(core) :])
+    return "".join(out)
 
 
 def _is_stream(upstream: aiohttp.ClientResponse) -> bool:
@@ -721,7 +1010,14 @@ def create_app(
     metrics = Metrics(registry)
     store = RuleStore(settings, engine or Engine.load(settings), on_reload=[metrics.reloaded])
     metrics.reloaded(True, store.engine.rule_count)
-    proxy = Proxy(settings, store, metrics, logger or make_logger(), agent_redactor())
+    proxy = Proxy(
+        settings,
+        store,
+        metrics,
+        logger or make_logger(),
+        agent_redactor(),
+        Detector(default_protocols()),
+    )
     catalog = Catalog(store)
     store.on_reload.append(catalog.refresh)
     # mend writes its own access log line (``Proxy._finish``); aiohttp's would be a second one

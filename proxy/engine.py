@@ -1,4 +1,6 @@
-"""Everything compiled from the rule files: one rule set per route, plus mend's own envelopes.
+"""Everything compiled from the rule files: one rule set per route, plus mend's own envelopes,
+and the redactor each route's envelopes and log lines go through (the shipped detectors of
+``rules/redaction/`` with the route's ``redaction:`` additions).
 
 An ``Engine`` is immutable; reloading builds a new one and swaps it in whole (``RuleStore``), so a
 request always sees one consistent rule set and a bad file never replaces a good one.
@@ -10,6 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from proxy.redaction import Redactor
+from proxy.redaction.config import RedactionSettings
+from proxy.redaction.detectors import LoadedDetector
+from proxy.redaction.sets import build_set, load_shipped
 from proxy.rulefile import LoadedRule, RuleError, exhausted, load_rule_text, load_rules
 from proxy.ruleset import Rule, RuleSet
 from proxy.settings import Settings
@@ -31,11 +37,44 @@ def _builtin(path: Path) -> list[LoadedRule]:
     return load_rule_text(path.read_text(encoding="utf-8"), str(path), default_pack=path.stem)
 
 
+def _redactors(settings: Settings, problems: list[str]) -> tuple[dict[str, Redactor], Redactor]:
+    """The agent redactor of every route, and one with the top-level additions only (for what
+    no route serves); routes with the same additions share one. Problems go to ``problems``."""
+    built: dict[RedactionSettings, Redactor] = {}
+    try:
+        shipped: list[LoadedDetector] = load_shipped()
+    except RuleError as exc:
+        problems.extend(exc.problems)
+        return {}, Redactor(neutral="")
+
+    def redactor(additions: RedactionSettings) -> Redactor:
+        if additions not in built:
+            # neutral="": a value that is all internals becomes empty, so the envelope falls
+            # back to its own default sentence (evaluate.agent_redactor)
+            built[additions] = Redactor(build_set(shipped, additions), neutral="")
+        return built[additions]
+
+    try:
+        default = redactor(settings.redaction)
+        routes = {
+            route.name: redactor(settings.redaction.merged(route.redaction))
+            for route in settings.routes
+        }
+    except RuleError as exc:
+        problems.extend(exc.problems)
+        return {}, Redactor(neutral="")
+    return routes, default
+
+
 @dataclass(frozen=True, slots=True)
 class Engine:
     routes: dict[str, RuleSet]
     own: dict[str, Rule]
     rules: tuple[Rule, ...]  # every distinct rule, in order of first appearance (for the catalog)
+    #: each route's agent redactor (``redactor_for``)
+    redactors: dict[str, Redactor] = field(default_factory=dict)
+    #: the redactor of requests no route serves (refused before one is chosen)
+    redactor: Redactor = field(default_factory=lambda: Redactor(neutral=""))
 
     @classmethod
     def load(cls, settings: Settings) -> Engine:
@@ -67,10 +106,15 @@ class Engine:
             routes[route.name] = RuleSet.build(
                 [*compile_all(own_rules), *shared_rules, *tail], route.success_rules
             )
+        redactors, default = _redactors(settings, problems)
         if problems:
             raise RuleError(problems)
         own = {r.spec.id: Rule.compile(r) for r in _builtin(OWN_ERRORS)}
-        return cls(routes, own, tuple(compiled.values()) + tuple(own.values()))
+        return cls(routes, own, tuple(compiled.values()) + tuple(own.values()), redactors, default)
+
+    def redactor_for(self, route: str | None) -> Redactor:
+        """The redactor of the route named ``route`` (the top-level one for any other name)."""
+        return self.redactors.get(route, self.redactor) if route is not None else self.redactor
 
     @property
     def rule_count(self) -> int:

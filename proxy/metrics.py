@@ -43,6 +43,7 @@ class RouteMetrics:
     envelope: Counter
     proxy_failure: Counter
     websocket: Counter
+    client_closed: Counter  # the agent hung up before its answer (nginx logs 499)
     request_duration: Histogram
     upstream_duration: Histogram
     rewrite_duration: Histogram
@@ -64,7 +65,7 @@ class Metrics:
         self.errors = Counter(
             "mend_errors",
             "Envelopes returned to agents.",
-            ["code", "category", "route", "upstream_status", "rule"],
+            ["code", "category", "route", "upstream_status", "rule", "protocol"],
             registry=registry,
         )
         self.unmatched = Counter(
@@ -182,16 +183,20 @@ class Metrics:
                 envelope=self.requests.labels(route, "envelope"),
                 proxy_failure=self.requests.labels(route, "proxy_failure"),
                 websocket=self.requests.labels(route, "websocket"),
+                client_closed=self.requests.labels(route, "client_closed"),
                 request_duration=self.request_duration.labels(route),
                 upstream_duration=self.upstream_duration.labels(route),
                 rewrite_duration=self.rewrite_duration.labels(route),
             )
         return cached
 
-    def envelope(self, route: str, envelope: Envelope, *, fallback: bool) -> None:
+    def envelope(
+        self, route: str, envelope: Envelope, *, fallback: bool, protocol: str = "http"
+    ) -> None:
+        """Count one envelope; ``protocol`` is one of the five names of ``ProtocolName``."""
         status = str(envelope.upstream_status) if envelope.upstream_status is not None else "none"
         self.errors.labels(
-            envelope.code, envelope.category.value, route, status, envelope.rule
+            envelope.code, envelope.category.value, route, status, envelope.rule, protocol
         ).inc(exemplar={"request_id": envelope.request_id[:64]})
         self.actions.labels(route, envelope.action.value).inc()
         if fallback:

@@ -145,9 +145,7 @@ async def _serve(settings: Settings, logger: FilteringBoundLogger, *, worker: bo
         (web.ServerRunner(server, shutdown_timeout=grace), settings.listen, certificate)
     ]
     if not worker:
-        admin = create_admin_app(
-            store, registry, logger, token=settings.admin_token, health=health
-        )
+        admin = create_admin_app(store, registry, logger, token=settings.admin_token, health=health)
         sites.append(
             (
                 web.AppRunner(admin, access_log=None, shutdown_timeout=grace),

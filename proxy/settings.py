@@ -2,22 +2,34 @@
 
 from __future__ import annotations
 
-import sys
+import importlib.resources
+import os
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from yarl import URL
 
+from proxy.protocols.base import ProtocolName
+from proxy.redaction.config import RedactionSettings
 from proxy.render import Rendering
 from proxy.rulefile import RuleError, parse_yaml, validation_problems
 
 
 def _packaged_rules() -> Path:
-    """The packs shipped in rules/: beside the package in a checkout or editable install, else
-    where a wheel install puts its data files (``<prefix>/share/mend/rules``)."""
-    checkout = Path(__file__).resolve().parent.parent / "rules"
-    return checkout if checkout.is_dir() else Path(sys.prefix) / "share" / "mend" / "rules"
+    """The shipped packs (``*.yaml``) and their test cases (``tests/*.yaml``).
+
+    An installed wheel carries them as package data, ``proxy/rules/``, found here through
+    importlib.resources. A checkout, and an editable install (which imports the checkout), has no
+    ``proxy/rules/``: there they are the top-level ``rules/`` that pyproject.toml maps into the
+    wheel, read in place so that an edited pack needs no reinstall. Packs are read and watched as
+    files: mend runs from an unpacked install (as pip installs a wheel), not from a zip.
+    """
+    installed = importlib.resources.files("proxy") / "rules"
+    if isinstance(installed, Path) and installed.is_dir():
+        return installed
+    return Path(__file__).resolve().parent.parent / "rules"
 
 
 PACKAGED_RULES = _packaged_rules()
@@ -34,6 +46,49 @@ def parse_hostport(value: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+#: A DNS name, for SNI and the certificate's name check (no scheme, port or path).
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
+
+
+class UpstreamTLS(_Model):
+    """How a route's connections to its ``https://`` upstream are secured (``proxy/tls.py``).
+
+    With no ``tls:`` block an https upstream is verified against the system's CAs by its URL's
+    host, as curl and aiohttp do.
+    """
+
+    #: PEM bundle of the CAs to trust instead of the system's (curl ``--cacert``)
+    ca_file: Path | None = None
+    #: PEM client certificate (chain) for mutual TLS; its key in ``key_file`` or in the same file
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    #: the name sent in SNI and checked in the upstream's certificate, instead of the URL's host
+    server_name: str | None = None
+    #: false: accept any certificate (logged as a warning at start-up)
+    verify: bool = True
+
+    @field_validator("server_name")
+    @classmethod
+    def _dns_name(cls, value: str | None) -> str | None:
+        if value is not None and not _SERVER_NAME.match(value):
+            raise ValueError(f"server_name {value!r} is not a DNS name (no scheme, port or path)")
+        return value
+
+    @model_validator(mode="after")
+    def _key_needs_cert(self) -> UpstreamTLS:
+        if self.key_file is not None and self.cert_file is None:
+            raise ValueError("tls.key_file needs tls.cert_file (the client certificate)")
+        return self
+
+
+class HealthCheck(_Model):
+    """``GET <upstream base><path>`` every ``interval_s``: healthy on 2xx/3xx in ``timeout_s``."""
+
+    path: str = Field(pattern=r"^/")
+    interval_s: float = Field(10.0, gt=0)
+    timeout_s: float = Field(2.0, gt=0)
+
+
 class Route(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     prefix: str = "/"
@@ -44,6 +99,8 @@ class Route(_Model):
     force_rendering: bool = False
     status: Literal["upstream", 200] = "upstream"
     success_rules: tuple[str, ...] = ()
+    #: what agents speak on this route: auto (detected per request), http, jsonrpc, mcp, graphql
+    protocol: ProtocolName = ProtocolName.AUTO
     #: seconds to open a connection to the upstream (Envoy's ``connect_timeout``, 5 s)
     connect_timeout: float = Field(5.0, gt=0)
     #: seconds, once the request is sent, to the response headers (nginx ``proxy_read_timeout``)
@@ -53,6 +110,12 @@ class Route(_Model):
     #: seconds to read a whole error body (or a success peek) that a rule set inspects
     error_body_timeout: float = Field(30.0, gt=0)
     preserve_host: bool = False
+    #: TLS to an https:// upstream: trust, client certificate, server name
+    tls: UpstreamTLS | None = None
+    #: an active health check; while it fails, /readyz answers 503 naming this route
+    health_check: HealthCheck | None = None
+    #: this route's redaction additions, on top of the top-level ``redaction:`` ones
+    redaction: RedactionSettings = RedactionSettings()
 
     @field_validator("prefix")
     @classmethod
@@ -68,6 +131,12 @@ class Route(_Model):
         if url.scheme not in ("http", "https") or not url.host:
             raise ValueError(f"upstream {value!r} must be an http:// or https:// URL with a host")
         return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _tls_needs_https(self) -> Route:
+        if self.tls is not None and not self.upstream.lower().startswith("https://"):
+            raise ValueError(f"TLS settings apply to an https:// upstream, not {self.upstream!r}")
+        return self
 
 
 class Settings(_Model):
@@ -112,12 +181,33 @@ class Settings(_Model):
     max_interim_responses: int = Field(8, ge=1)
     #: seconds to finish requests in flight after SIGTERM, all workers together
     shutdown_timeout: float = Field(25.0, gt=0)
+    #: bearer token for mutating admin endpoints (POST /-/reload); MEND_ADMIN_TOKEN sets it too
+    admin_token: str | None = Field(
+        default_factory=lambda: os.environ.get("MEND_ADMIN_TOKEN") or None, min_length=16
+    )
+    # --- TLS for agents and the admin port (``proxy/tls.py``); reloaded with the rules --------
+    #: PEM certificate (chain) served on the agent port; its key in ``tls_key`` or the same file
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    #: the same for the admin port
+    admin_tls_cert: Path | None = None
+    admin_tls_key: Path | None = None
+    #: what redaction adds for every route: secrets, internal names, words never shown, allowed
+    #: ids, detector files (``proxy/redaction/config.py``); reloaded with the rules
+    redaction: RedactionSettings = RedactionSettings()
 
     @field_validator("listen", "admin_listen")
     @classmethod
     def _hostport(cls, value: str) -> str:
         parse_hostport(value)
         return value
+
+    @model_validator(mode="after")
+    def _keys_need_certs(self) -> Settings:
+        for prefix in ("", "admin_"):
+            if getattr(self, f"{prefix}tls_key") and not getattr(self, f"{prefix}tls_cert"):
+                raise ValueError(f"{prefix}tls_key needs {prefix}tls_cert (the certificate)")
+        return self
 
     def rule_paths(self) -> list[Path]:
         """Operator files first (their rules win), then the shipped packs."""
@@ -135,12 +225,44 @@ def load_settings(path: Path, overrides: dict[str, object] | None = None) -> Set
     if not isinstance(data, dict):
         raise RuleError([f"{name}:1: a config file is a mapping (listen:, routes:, ...)"])
     base = path.resolve().parent
+    _relative_tls_files(data, base)  # before the overrides: flags are relative to the cwd
     data = {**data, **(overrides or {})}
     data["rules"] = [str(base / p) for p in data.get("rules") or []]
     for route in data.get("routes") or []:
         if isinstance(route, dict):
             route["rules"] = [str(base / p) for p in route.get("rules") or []]
+    _relative_detector_files(data, base)
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
         raise RuleError(validation_problems(exc, name, lines)) from exc
+
+
+#: Certificate and key files in a config file, top level and in a route's ``tls:``.
+TLS_FILE_KEYS = ("tls_cert", "tls_key", "admin_tls_cert", "admin_tls_key")
+ROUTE_TLS_FILE_KEYS = ("ca_file", "cert_file", "key_file")
+
+
+def _relative_detector_files(data: dict[str, object], base: Path) -> None:
+    """``redaction.detectors`` paths, top level and per route, relative to the config file."""
+    routes = data.get("routes")
+    for holder in [data, *(routes if isinstance(routes, list) else ())]:
+        redaction = holder.get("redaction") if isinstance(holder, dict) else None
+        if isinstance(redaction, dict) and isinstance(redaction.get("detectors"), list):
+            redaction["detectors"] = [
+                str(base / p) if isinstance(p, str) else p for p in redaction["detectors"]
+            ]
+
+
+def _relative_tls_files(data: dict[str, object], base: Path) -> None:
+    """Make the config's certificate and key paths relative to the file, as its rule paths are."""
+    for key in TLS_FILE_KEYS:
+        if isinstance(value := data.get(key), str) and value:
+            data[key] = str(base / value)
+    routes = data.get("routes")
+    for route in routes if isinstance(routes, list) else ():
+        tls = route.get("tls") if isinstance(route, dict) else None
+        if isinstance(tls, dict):
+            for key in ROUTE_TLS_FILE_KEYS:
+                if isinstance(value := tls.get(key), str) and value:
+                    tls[key] = str(base / value)

@@ -25,7 +25,6 @@ from pathlib import Path
 from structlog.typing import FilteringBoundLogger
 
 from proxy.engine import Engine, RuleStore
-from proxy.redaction.detectors import shipped_directory
 from proxy.rulefile import RuleError
 from proxy.settings import Settings
 
@@ -57,10 +56,14 @@ def reload_rules(
 
 
 def watched_paths(settings: Settings) -> list[Path]:
-    """Every rule file or directory the settings name, shared and per route, the detector files
-    redaction runs (shipped and the operator's), and the certificates the listeners serve (they
-    reload with the rules: ``proxy/tls.py``)."""
-    paths = [*settings.rule_paths(), shipped_directory(), *settings.redaction.detectors]
+    """Every rule file or directory the settings name, shared and per route, the operator's
+    redaction detector files, and the certificates the listeners serve (they reload with the
+    rules: ``proxy/tls.py``).
+
+    The shipped detectors (``rules/redaction/``, package data) are read again by every reload
+    but not polled: reading and summing them every second cost more instructions than an error
+    request's whole redaction."""
+    paths = [*settings.rule_paths(), *settings.redaction.detectors]
     for route in settings.routes:
         paths.extend(route.rules)
         paths.extend(route.redaction.detectors)

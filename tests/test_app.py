@@ -16,6 +16,7 @@ from aiohttp import web
 
 import proxy.app
 import proxy.evaluate
+from proxy.protocols.base import ProtocolName
 from proxy.settings import Route
 from tests.conftest import StartMend, StartUpstream
 
@@ -417,7 +418,7 @@ async def test_large_upload_and_download_stream_byte_identical(
 async def test_graphql_errors_in_200_only_where_route_asks(
     start_upstream: StartUpstream, start_mend: StartMend
 ) -> None:
-    """A 2xx is inspected only on a route whose success_rules name the rule."""
+    """On a plain-HTTP route a 2xx is inspected only where success_rules name the rule."""
 
     async def graphql(_: web.Request) -> web.Response:
         return web.json_response({"data": None, "errors": [{"message": "Cannot query field"}]})
@@ -432,8 +433,9 @@ async def test_graphql_errors_in_200_only_where_route_asks(
             upstream=url,
             success_rules=("test.graphql",),
             rules=(rules,),
+            protocol=ProtocolName.HTTP,
         ),
-        Route(name="plain", prefix="/", upstream=url, rules=(rules,)),
+        Route(name="plain", prefix="/", upstream=url, rules=(rules,), protocol=ProtocolName.HTTP),
     )
     mend = await start_mend(url, routes=routes)
     inspected = await mend.client.post("/graphql", json={"query": "{x}"})
@@ -475,6 +477,7 @@ async def test_metrics_count_each_code(
         "route": "default",
         "upstream_status": "404",
         "rule": "fallback.404",
+        "protocol": "http",
     }
     assert mend.metric("mend_errors_total", **labels) == 3
     assert mend.metric("mend_unmatched_errors_total", route="default", upstream_status="404") == 3
@@ -512,7 +515,7 @@ async def test_a_bug_in_mend_still_gives_an_envelope(
     async def missing(_: web.Request) -> web.Response:
         return web.Response(status=404)
 
-    monkeypatch.setattr(proxy.app, "rewrite", broken_once)
+    monkeypatch.setattr(proxy.evaluate, "rewrite", broken_once)  # where upstream errors are built
     mend = await start_mend(await start_upstream({"/m": missing}))
     resp = await mend.client.get("/m")
     assert resp.status == 500

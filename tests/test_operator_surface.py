@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from proxy.admin import create_admin_app
@@ -213,6 +214,8 @@ def _shown(default: Any) -> str:
         return f"`{str(default).lower()}`"
     if isinstance(default, tuple):
         return "`[]`"
+    if isinstance(default, BaseModel):  # a block of its own keys, all at their defaults
+        return "`{}`"
     if isinstance(default, float) and default.is_integer():
         return f"`{int(default)}`"
     return f"`{getattr(default, 'value', default)}`"

@@ -20,9 +20,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy import redact as redact_module
 from proxy import regex
-from proxy.redact import KINDS, NEUTRAL, Redactor, Scrubbed, is_internal_header
+from proxy.redaction import KINDS, NEUTRAL, Redactor, Scrubbed, is_internal_header
+from proxy.redaction import engine as redact_module
 
 CORPUS = Path(__file__).parent / "corpus" / "leaks"
 MANIFEST: dict[str, dict[str, Any]] = yaml.safe_load(
@@ -607,9 +607,9 @@ def test_scrub_cache_stays_bounded_and_consistent() -> None:
     redactor = Redactor()
     first = redactor.scrub("connect to db-7.internal failed")
     assert redactor.scrub("connect to db-7.internal failed") is first
-    for i in range(redact_module._CACHE_SIZE + 50):
+    for i in range(redact_module.CACHE_SIZE + 50):
         redactor.scrub(f"field {i} is invalid")
-    assert len(redactor._cache) == redact_module._CACHE_SIZE
+    assert len(redactor._cache) == redact_module.CACHE_SIZE
     assert "db-7.internal" not in redactor.scrub("connect to db-7.internal failed").text
 
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from proxy.envelope import Action, Category, Severity
 from proxy.query import Query, compile_query
-from proxy.rulecheck import undefined_variables
+from proxy.rulecheck import TEMPLATE_FIELDS, undefined_variables
 from proxy.template import Template, TemplateError
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -262,17 +262,7 @@ class EnvelopeSpec(_Model):
             raise ValueError(f"code {value!r} must be SCREAMING_SNAKE_CASE")
         return value
 
-    @field_validator(
-        "message",
-        "hint",
-        "steps",
-        "field",
-        "allowed_values",
-        "suggested_value",
-        "next_operation",
-        "next_operation_args",
-        "retry_after_ms",
-    )
+    @field_validator(*TEMPLATE_FIELDS)
     @classmethod
     def _templates(cls, value: Any) -> Any:
         return _check_template(value)

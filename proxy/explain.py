@@ -18,7 +18,7 @@ import orjson
 from proxy import nesting
 from proxy.build import BuildOptions
 from proxy.engine import Engine
-from proxy.evaluate import Answer, Evaluation, agent_redactor, answer_exchange, recorded_exchange
+from proxy.evaluate import Answer, Evaluation, answer_exchange, recorded_exchange
 from proxy.exchange import NOT_JSON, Exchange
 from proxy.protocols.base import ProtocolName
 from proxy.protocols.detect import Detector, default_protocols
@@ -120,7 +120,12 @@ def explain(
         body=request.body,
     )
     answered = answer_exchange(
-        ruleset, exchange, call, detector, agent_redactor(), options or BuildOptions()
+        ruleset,
+        exchange,
+        call,
+        detector,
+        engine.redactor_for(route),  # the route's redaction additions, as the proxy has them
+        options or BuildOptions(),
     )
     protocol = answered.protocol.name.value if answered and answered.protocol else "http"
     document = _answer_document(answered)

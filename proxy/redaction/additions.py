@@ -11,6 +11,9 @@
   service"), run right before it (whose shorter suffixes would otherwise take part of a name:
   ``.corp`` of ``db.corp.acme``).
 - ``internal_hosts``: one ``replace`` detector per RE2 pattern, after the domains.
+
+Everything an operator adds is hidden in the operator's log too: internal domains and hosts
+become ``[masked]`` there (``log: true``), where the shipped host detectors leave the log alone.
 - ``allow``: not detectors; ``functions.Context.allow`` (no detector masks what it matches).
 - ``detectors``: the operator's own detector files (RE2 only).
 """
@@ -101,6 +104,7 @@ def operator_detectors(
             gate="auto",
             replacement=HOST_WORD,
             host_name=True,
+            log=True,
             in_prose=True,
             before=anchor,
         )
@@ -114,6 +118,7 @@ def operator_detectors(
             pattern=pattern,
             replacement=HOST_WORD,
             host_name=True,
+            log=True,
             in_prose=True,
             before=anchor,
         )

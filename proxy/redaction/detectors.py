@@ -153,6 +153,9 @@ class DetectorSpec(_Model):
     in_prose: bool = False
     #: ``replace``: a host this pattern matches whole is internal (a URL to it is cut too)
     host_name: bool = False
+    #: ``replace``: also in the operator's log, where the match becomes ``[masked]`` (an
+    #: operator's internal names: what they add is hidden everywhere)
+    log: bool = False
     #: run right after (or right before) this detector of the same action; by default an
     #: operator's mask detectors run first and their other detectors last
     after: str | None = None
@@ -222,9 +225,12 @@ class DetectorSpec(_Model):
             ("lowered", action == "cut"),
             ("html_only", action == "page"),
             ("host_name", action == "replace"),
+            ("log", action == "replace"),
         ):
             if getattr(self, name) and not allowed:
                 raise ValueError(f"{name} does not apply to a {action} detector")
+        if self.log and self.check is not None:
+            raise ValueError("log: true masks the whole match: it takes no check")
         if self.scope == "text" and action != "mask":
             raise ValueError("scope: text is for mask detectors")
         if self.group and action not in ("mask", "replace"):

@@ -96,6 +96,7 @@ class Redactor:
         self._neutral = neutral
         self._scan_limit = scan_limit
         self._note = note
+        self._record = record
         self._caching = record is None and note is None
         self._clauses = Clauses(self.detectors, max_length, record)
         self._lines = Lines(self.detectors, self._clauses, record, note)
@@ -111,6 +112,8 @@ class Redactor:
         """Mask secrets only; everything else (traces, paths, hosts) stays for the operator."""
         kinds: list[str] = []
         masked = self._clauses.mask(text, "[masked]", kinds)
+        for unit in self.detectors.log_replaces:  # an operator's internal names
+            masked = unit.pattern.sub(unit.masker("[masked]", kinds, self._record), masked)
         return Scrubbed(masked, ordered(kinds))
 
     def scrub(self, text: str) -> Scrubbed:

@@ -87,6 +87,8 @@ class DetectorSet:
     #: mask units also run over the whole text before it is read line by line (key blocks)
     blocks: tuple[Unit, ...]
     replaces: tuple[Unit, ...]
+    #: replace units that also run on the operator's log (``log: true``), masking
+    log_replaces: tuple[Unit, ...]
     cuts: tuple[Unit, ...]
     frames: tuple[Unit, ...]
     chains: tuple[Unit, ...]
@@ -124,6 +126,7 @@ class DetectorSet:
             mask_triggers=TriggerSet([u.triggers for u in masks]),
             blocks=tuple(u for u in masks if u.first.spec.scope == "text"),
             replaces=tuple(replaces),
+            log_replaces=tuple(u for u in replaces if u.first.spec.log),
             cuts=tuple(cuts),
             frames=tuple(_joined_units(by_action.get("frame", []), context)),
             chains=tuple(_joined_units(by_action.get("chain", []), context)),

@@ -67,7 +67,8 @@ class Lines:
     ) -> None:
         self._clauses = clauses
         self._record = record
-        self._note = note
+        #: told of the engine's own steps (explanations only)
+        self._told = note
         self._frames, self._chains = detectors.frames, detectors.chains
         self._frame = _matching(detectors.frames)
         self._chain = _matching(detectors.chains)
@@ -77,47 +78,50 @@ class Lines:
         text = self._clauses.blocks(text, kinds)
         kept: list[str] = []
         traced = chained = skip_context = False
+        chain, frame, prefix, told = self._chain, self._frame, self._prefix, self._told
         for original in text.replace("\r", "\n").split("\n"):
             raw = WS.sub(" ", original).strip()
             if not raw:
                 skip_context = False
                 continue
-            if found := self._chain(raw):
+            if found := chain(raw):
                 self._dropped(self._chains, found, raw, kinds)
                 chained, skip_context = True, False
                 continue
-            if found := self._frame(original):
+            if found := frame(original):
                 self._dropped(self._frames, found, raw, kinds)
                 traced = skip_context = True
                 continue
             if skip_context and _CODE_CONTEXT.match(original):
                 skip_context = False  # the source line a Python or Node frame quotes
-                self._told("the source line a frame quotes", raw)
+                if told is not None:
+                    told("the source line a frame quotes", raw)
                 continue
             skip_context = False
             if chained and traced:
                 # the rest of a chain is the internal cause, not the agent's business
-                self._told("a line of an exception chain, after its trace", raw)
+                if told is not None:
+                    told("a line of an exception chain, after its trace", raw)
                 continue
             if kept and raw == kept[-1]:
                 continue
-            if (traced or chained) and not self._prefix(raw):
+            if (traced or chained) and not prefix(raw):
                 # past the first frame, only an exception's own line may say something useful;
                 # the rest of a dump (locals, settings, request data) may not
-                self._told("a line after a stack frame that is no exception's", raw)
+                if told is not None:
+                    told("a line after a stack frame that is no exception's", raw)
                 continue
             kept.append(raw)
         return self._result(text, kept, traced or chained, kinds)
 
     def _dropped(self, units: tuple[Unit, ...], match: Any, raw: str, kinds: list[str]) -> None:
+        if len(units) == 1 and self._record is None:
+            kinds.append(units[0].kind)
+            return
         unit = _unit_of(units, match)
         kinds.append(unit.kind)
         if self._record is not None:
             self._record(unit, match, raw, "")
-
-    def _told(self, step: str, text: str) -> None:
-        if self._note is not None:
-            self._note(step, text)
 
     def _result(self, text: str, kept: list[str], traced: bool, kinds: list[str]) -> str:
         clauses = self._clauses
@@ -126,8 +130,9 @@ class Lines:
             candidates = [c for c in cleaned if len(c.split()) >= 2]
             if _PYTHON_TRACE in text:
                 candidates.reverse()
-            for dropped in candidates[1:]:
-                self._told("a second exception line (the first one is kept)", dropped)
+            if self._told is not None:
+                for dropped in candidates[1:]:
+                    self._told("a second exception line (the first one is kept)", dropped)
             result = candidates[0] if candidates else ""
         else:
             # secrets first, line by line: a header echo's value runs to the end of its line,
@@ -136,7 +141,8 @@ class Lines:
             result = clauses.clean_line(" ".join(masked), kinds)
         if _LONE_NAME.fullmatch(result):
             kinds.append("exception_class")
-            self._told("a bare quoted name", result)
+            if self._told is not None:
+                self._told("a bare quoted name", result)
             return ""
         return clauses.cap(result)
 

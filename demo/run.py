@@ -31,7 +31,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from demo.agent import Call, RunReport, format_report, run_agent
+from demo.agent import Call, RunReport, default_tasks, format_report, run_agent
 from demo.legacy_api import create_legacy_app
 
 REPO = Path(__file__).resolve().parents[1]
@@ -337,7 +337,9 @@ async def _demo_body(
         await _generate_traffic(args.requests, printer, mend_url)
     else:
         await show_pairs(printer, api_url, mend_url)
-        printer.heading("2. A scripted agent works 9 tasks: raw, then through mend")
+        printer.heading(
+            f"2. A scripted agent works {len(default_tasks())} tasks: raw, then through mend"
+        )
         printer.line(
             printer.dim(
                 "Raw, it can only send a failing call once more. Through mend it follows the "

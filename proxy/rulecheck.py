@@ -1,4 +1,5 @@
-"""Checks a rule passes before it loads, beyond its schema: every template variable is defined.
+"""Checks a rule passes before it loads, beyond its schema: every template variable is defined,
+and the rule can match at all.
 
 A template reads variables from the rule's own ``vars``, from named groups of its regexes (``body``,
 ``path_regex``, header regexes, ``json`` ``matches``), or from the built-ins every exchange has.
@@ -13,6 +14,8 @@ import difflib
 import re
 from collections.abc import Iterator
 from typing import Any
+
+import orjson
 
 from proxy.template import Template, TemplateError
 
@@ -103,3 +106,51 @@ def undefined_variables(rule: Any, pack: str) -> list[str]:
             f"a vars entry or a built-in{hint}"
         )
     return problems
+
+
+#: The protocols whose calls name a ``tool`` (an MCP ``tools/call``) or an ``rpc_method``.
+_NAMES_TOOLS = frozenset({"mcp"})
+_NAMES_METHODS = frozenset({"jsonrpc", "mcp"})
+
+
+def contradictions(when: Any) -> list[str]:
+    """Why a ``when`` can never hold, from its own top-level conditions (cheap, exact): a
+    ``tool`` or ``rpc_method`` on a rule whose ``protocol`` never names one."""
+    if when.protocol is None:
+        return []
+    protocols = {when.protocol} if isinstance(when.protocol, str) else set(when.protocol)
+    problems = []
+    if when.tool is not None and not protocols & _NAMES_TOOLS:
+        problems.append("`tool` is only known on mcp calls, and `protocol` excludes mcp")
+    if when.rpc_method is not None and not protocols & _NAMES_METHODS:
+        problems.append(
+            "`rpc_method` is only known on jsonrpc and mcp calls, and `protocol` excludes both"
+        )
+    return problems
+
+
+def conditions_key(when: Any) -> str:
+    """A rule's conditions as one comparable value: two rules with the same key match the same
+    exchanges."""
+    dumped = when.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return orjson.dumps(dumped, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def never_matching(rules: list[Any]) -> Iterator[str]:
+    """``file:line: problem`` for each rule of one file that can never match: its conditions
+    contradict each other, or an earlier rule of the file has the very same conditions (first
+    match wins, so the later one is dead; an operator's file overriding a shipped rule is
+    another file, and fine)."""
+    first: dict[str, Any] = {}
+    for rule in rules:
+        for problem in contradictions(rule.spec.when):
+            yield f"{rule.source}: rule {rule.spec.id} can never match: {problem}"
+        key = conditions_key(rule.spec.when)
+        if key in first:
+            earlier = first[key]
+            yield (
+                f"{rule.source}: rule {rule.spec.id} can never match: rule {earlier.spec.id} "
+                f"({earlier.source}) has the same conditions and comes first"
+            )
+        else:
+            first[key] = rule

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from proxy.envelope import Action, Category, Severity
 from proxy.query import Query, compile_query
-from proxy.rulecheck import TEMPLATE_FIELDS, undefined_variables
+from proxy.rulecheck import TEMPLATE_FIELDS, never_matching, undefined_variables
 from proxy.template import Template, TemplateError
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -501,6 +501,8 @@ def load_rule_text(text: str, name: str, default_pack: str) -> list[LoadedRule]:
         for rule in loaded
         for problem in undefined_variables(rule.spec, pack)
     ]
+    if pack != "proxy":  # mend's own failures are chosen by id, never matched
+        problems.extend(never_matching(loaded))
     if problems:
         raise RuleError(problems)
     return loaded

@@ -21,7 +21,7 @@ from proxy.admin import create_admin_app
 from proxy.engine import Engine, RuleStore
 from proxy.logs import make_logger
 from proxy.rulecheck import undefined_variables
-from proxy.rulefile import RuleError, RuleSpec, load_rule_text
+from proxy.rulefile import RuleError, RuleSpec, load_rule_text, load_rules
 from proxy.settings import Route, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,6 +128,63 @@ def test_mend_check_fails_on_a_template_typo(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert f"{path}:2: rule a.b: template variable {{{{ statuss }}}}" in result.stderr
     assert "did you mean {{ status }}" in result.stderr
+
+
+_TWIN = (
+    "rules:\n"
+    "  - id: acme.locked\n    when: {status: 409, body: locked}\n"
+    "    envelope: {code: LOCKED, category: conflict}\n"
+    "  - id: acme.locked_again\n    when: {body: locked, status: 409}\n"
+    "    envelope: {code: LOCKED_AGAIN, category: conflict}\n"
+)
+
+
+def test_a_rule_after_one_with_the_same_conditions_never_matches() -> None:
+    """First match wins: a second rule of the file with the very same conditions (keys in
+    another order) is dead, a ``file:line`` error naming the rule that wins."""
+    with pytest.raises(RuleError) as caught:
+        load_rule_text(_TWIN, "acme.yaml", "acme")
+    (problem,) = caught.value.problems
+    assert problem == (
+        "acme.yaml:5: rule acme.locked_again can never match: rule acme.locked "
+        "(acme.yaml:2) has the same conditions and comes first"
+    )
+
+
+def test_an_operator_file_may_override_a_shipped_rule_with_its_conditions(
+    tmp_path: Path,
+) -> None:
+    """The same conditions in two files is the override mechanism (operator files first), not
+    a dead rule."""
+    first, second = _TWIN.split("  - id: acme.locked_again")
+    (tmp_path / "a.yaml").write_text(first)
+    (tmp_path / "b.yaml").write_text("rules:\n  - id: acme.locked_again" + second)
+    assert [r.spec.id for r in load_rules([tmp_path])] == ["acme.locked", "acme.locked_again"]
+
+
+@pytest.mark.parametrize(
+    ("when", "reason"),
+    [
+        ("{protocol: graphql, tool: create_ticket}", "`tool` is only known on mcp calls"),
+        ("{protocol: [http, graphql], rpc_method: tools/call}", "`rpc_method` is only known"),
+    ],
+)
+def test_a_condition_its_protocol_never_has_is_a_dead_rule(when: str, reason: str) -> None:
+    """A ``tool`` or ``rpc_method`` on a rule limited to protocols that never name one."""
+    text = f"rules:\n  - id: a.b\n    when: {when}\n    envelope: {{code: X, category: internal}}\n"
+    with pytest.raises(RuleError) as caught:
+        load_rule_text(text, "a.yaml", "a")
+    (problem,) = caught.value.problems
+    assert problem.startswith("a.yaml:2: rule a.b can never match: " + reason)
+
+
+def test_mend_check_fails_on_a_rule_that_never_matches(tmp_path: Path) -> None:
+    """``mend check`` exits 1 on a dead rule and says which rule shadows it."""
+    path = tmp_path / "twin.yaml"
+    path.write_text(_TWIN)
+    result = _mend("check", str(path))
+    assert result.returncode == 1
+    assert f"{path}:5: rule acme.locked_again can never match" in result.stderr
 
 
 def _one_error_line(result: subprocess.CompletedProcess[str]) -> str:

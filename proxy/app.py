@@ -11,8 +11,8 @@ import asyncio
 import math
 import re
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -20,7 +20,6 @@ from aiohttp import web
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
-from yarl import URL
 
 from proxy import body as bodies
 from proxy import nesting
@@ -28,11 +27,10 @@ from proxy.build import BuildOptions
 from proxy.catalog import BASE as CATALOG_BASE
 from proxy.catalog import Catalog, catalog_pages
 from proxy.connection import AgentServer
-from proxy.engine import Engine, RuleStore
+from proxy.engine import Engine, Loaded, RuleStore
 from proxy.envelope import Envelope
 from proxy.evaluate import (
     Evaluation,
-    agent_redactor,
     answer,
     answer_exchange,
     described,
@@ -49,7 +47,8 @@ from proxy.failures import (
     UpstreamResponseTooLarge,
     upstream_errors,
 )
-from proxy.forward import Upstreams, upstream_request_headers
+from proxy.forward import upstream_request_headers
+from proxy.generation import Generation, RouteRuntime, unverified
 from proxy.logs import make_logger
 from proxy.metrics import Metrics, RepeatTracker
 from proxy.passthrough import PassedResponse, PassedStream, passthrough_headers
@@ -62,8 +61,7 @@ from proxy.render import Negotiator, Rendering, render, safe_header_value
 from proxy.request_id import request_id
 from proxy.ruleset import Match, RuleSet
 from proxy.settings import Route, Settings
-from proxy.target import Origin, upstream_target
-from proxy.tls import client_tls
+from proxy.target import upstream_target
 from proxy.tunnel import Tunnel
 
 #: Upstream headers an agent needs to act on an envelope; all others are dropped from envelopes.
@@ -77,80 +75,76 @@ _HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?
 _SMALL_BODY = 64 << 10
 _STARTED: web.RequestKey[bool] = web.RequestKey("mend.response_started", bool)
 _RID: web.RequestKey[str] = web.RequestKey("mend.request_id", str)
+#: the configuration a request runs on, from its first byte to its last (``proxy/generation.py``)
+_GEN: web.RequestKey[Generation] = web.RequestKey("mend.generation", Generation)
 #: Seconds a request body may take before ``client_body_min_rate`` applies (Kestrel's grace).
 _BODY_RATE_GRACE_S = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class RouteRuntime:
-    route: Route
-    origin: Origin
-    upstream_host: str | None
-    timeout: aiohttp.ClientTimeout
 
 
 class Proxy:
     def __init__(
         self,
-        settings: Settings,
         store: RuleStore,
         metrics: Metrics,
         logger: FilteringBoundLogger,
-        redactor: Redactor,
         detector: Detector,
     ) -> None:
-        self.settings = settings
         self.store = store
         self.metrics = metrics
         self.log = logger
-        self.redactor = redactor
         self.detector = detector
-        self.upstreams = Upstreams(
-            max_interim_responses=settings.max_interim_responses,
-            tls=client_tls(settings.routes, logger),  # verify: false is logged here, at start
-        )
+        self._generation = Generation.first(store.loaded)
+        unverified(store.settings.routes, logger)
+        #: retired generations with requests still running on them, and pools being closed
+        self._draining: set[Generation] = set()
+        self._closing: set[asyncio.Future[None]] = set()
         self.negotiator = Negotiator()
         self.repeats = RepeatTracker()
         #: WebSocket sessions being relayed, ended first when mend shuts down
         self.tunnels: set[Tunnel] = set()
         self.stopping = False
-        self.options = BuildOptions(
-            retry_after_default_ms=settings.retry_after_default_ms,
-            retry_after_max_ms=settings.retry_after_max_ms,
-            docs_base_url=(settings.public_url or "").rstrip("/"),
-        )
-        # longest prefix first, so /api/v2 wins over /api
-        self.routes = sorted(
-            (self._runtime(r) for r in settings.routes),
-            key=lambda rt: len(rt.route.prefix),
-            reverse=True,
-        )
 
-    @staticmethod
-    def _runtime(route: Route) -> RouteRuntime:
-        url = URL(route.upstream)
-        host = url.host if url.is_default_port() else f"{url.host}:{url.port}"
-        # to the response headers once the request is sent; between body bytes, see _stream
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=route.connect_timeout, sock_read=route.read_timeout
-        )
-        return RouteRuntime(route, Origin.parse(route.upstream), host, timeout)
+    def generation(self) -> Generation:
+        """The configuration in force: the last one the store loaded."""
+        generation = self._generation
+        if generation.loaded is not self.store.loaded:
+            generation = self._advance(generation, self.store.loaded)
+        return generation
 
-    def _route_for(self, path: str) -> RouteRuntime | None:
-        """The route whose prefix starts the raw (still percent-encoded) path, longest first."""
-        for runtime in self.routes:
-            prefix = runtime.route.prefix
-            if path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/"):
-                return runtime
-        return None
+    def _advance(self, old: Generation, loaded: Loaded) -> Generation:
+        """A reload happened: new requests run on the new configuration; the old one closes its
+        pools once its last request ends."""
+        new = self._generation = old.succeeded_by(loaded)
+        if loaded.settings != old.settings:
+            unverified(loaded.settings.routes, self.log)
+        self._draining.add(old)
+        if old.retire():
+            self._close(old)
+        return new
+
+    def _close(self, generation: Generation) -> None:
+        self._draining.discard(generation)
+        closing = asyncio.ensure_future(generation.upstreams.close())
+        self._closing.add(closing)  # the loop holds tasks weakly
+        closing.add_done_callback(self._closing.discard)
 
     # --- the request path -----------------------------------------------------------------------
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """One request, on the configuration in force when it arrived, to its end."""
+        generation = request[_GEN] = self.generation()
+        generation.active += 1
+        try:
+            return await self._handle(request, generation)
+        finally:
+            if generation.leave():
+                self._close(generation)
+
+    async def _handle(self, request: web.BaseRequest, gen: Generation) -> web.StreamResponse:
         response: web.StreamResponse
         started = time.perf_counter()
         rid = request[_RID] = request_id(request.headers)
-        runtime = self._route_for(request.rel_url.raw_path)
+        runtime = gen.route_for(request.rel_url.raw_path)
         route_name = runtime.route.name if runtime else "none"
         exchange = _exchange(request, rid, route_name)
         upstream_s: float | None = None
@@ -179,7 +173,7 @@ class Proxy:
         if upstream.status == 101:  # switched protocols (a WebSocket): bytes both ways from here
             return await self._tunnel(request, exchange, runtime, upstream, started, upstream_s)
         try:
-            ruleset = self.store.engine.routes[route_name]
+            ruleset = gen.loaded.engine.routes[route_name]
             # 2. classify: successes stream through untouched unless the route or the agent's
             # protocol inspects them; a stream (SSE, NDJSON, any body without a length) is never
             # held, and an MCP event stream is rewritten event by event as it arrives
@@ -199,9 +193,9 @@ class Proxy:
             # a success that does not arrive whole in time streams on from what was read)
             protocol = call.protocol if call is not None else None
             limit = (
-                self.settings.success_peek_bytes
+                gen.settings.success_peek_bytes
                 if is_success and protocol is None
-                else self.settings.error_body_max_bytes
+                else gen.settings.error_body_max_bytes
             )
             raw, complete = await self._read_capped(
                 upstream,
@@ -223,7 +217,7 @@ class Proxy:
                 raw,
                 encoding=upstream.headers.get("Content-Encoding", ""),
                 charset=upstream.charset,
-                limit=self.settings.decompressed_max_bytes,
+                limit=gen.settings.decompressed_max_bytes,
                 cut=not complete,
             )
             exchange.status = upstream.status
@@ -245,7 +239,7 @@ class Proxy:
             return await self._fail(request, exchange, runtime, failure, started, upstream_s, call)
         except ConnectionResetError:  # the agent hung up before its answer: nginx's 499
             gone = web.Response(status=499)
-            self._observe(exchange, gone, started, upstream_s, "client_closed", None, None)
+            self._observe(request, exchange, gone, started, upstream_s, "client_closed", None, None)
             return gone
         except Exception as exc:
             if request.get(_STARTED):  # headers already sent: nothing left to say but abort
@@ -261,8 +255,9 @@ class Proxy:
 
     # --- forwarding -----------------------------------------------------------------------------
 
-    def _check_request_size(self, request: web.BaseRequest) -> None:
-        limit = self.settings.request_body_max_bytes
+    @staticmethod
+    def _check_request_size(request: web.BaseRequest) -> None:
+        limit = request[_GEN].settings.request_body_max_bytes
         length = request.content_length
         if limit is not None and length is not None and length > limit:
             raise RequestTooLarge(f"Content-Length {length} > {limit}", limit=limit)
@@ -278,9 +273,10 @@ class Proxy:
 
         A ``call`` keeps a copy of the first bytes as they pass (``Call.feed``), for its protocol.
         """
-        limit = self.settings.request_body_max_bytes
-        idle = self.settings.client_body_timeout
-        rate = self.settings.client_body_min_rate
+        settings = request[_GEN].settings
+        limit = settings.request_body_max_bytes
+        idle = settings.client_body_timeout
+        rate = settings.client_body_min_rate
         content = request.content
         seen = 0
         if _expects_continue(request):
@@ -324,7 +320,7 @@ class Proxy:
             upstream_host=runtime.upstream_host,
             preserve_host=route.preserve_host,
         )
-        session = self.upstreams.session(route.name, route.read_timeout)
+        session = request[_GEN].upstreams.session(route.name, route.read_timeout)
         return await session.request(
             request.method,
             runtime.origin.url(target),
@@ -349,7 +345,7 @@ class Proxy:
         With ``events``, each event goes out the moment it is complete, rewritten or not.
         """
         _idle_timeout(upstream, runtime.route.idle_timeout)
-        limit = self.settings.response_body_max_bytes
+        limit = request[_GEN].settings.response_body_max_bytes
         if limit is not None and (upstream.content_length or 0) > limit:
             raise UpstreamResponseTooLarge(f"Content-Length {upstream.content_length} > {limit}")
         length = upstream.content_length
@@ -430,7 +426,9 @@ class Proxy:
                 response = await tunnel.open(headers)
                 request[_STARTED] = True
                 metrics.websocket_sessions.labels(route).inc()
-                self._observe(exchange, response, started, upstream_s, "websocket", None, None)
+                self._observe(
+                    request, exchange, response, started, upstream_s, "websocket", None, None
+                )
                 await tunnel.run()
         finally:
             self.tunnels.discard(tunnel)
@@ -482,17 +480,20 @@ class Proxy:
 
     # --- envelopes ------------------------------------------------------------------------------
 
-    def _redactor(self, route: str | None) -> Redactor:
-        """The route's redactor in the engine in force: the shipped detectors with its
+    @staticmethod
+    def _redactor(request: web.BaseRequest, route: str | None) -> Redactor:
+        """The route's redactor in the request's configuration: the shipped detectors with its
         ``redaction:`` additions, swapped with the rules on reload."""
-        return self.store.engine.redactor_for(route)
+        return request[_GEN].loaded.engine.redactor_for(route)
 
-    def _options(self, request: web.BaseRequest) -> BuildOptions:
-        if self.options.docs_base_url:
-            return self.options
+    @staticmethod
+    def _options(request: web.BaseRequest) -> BuildOptions:
+        gen = request[_GEN]
+        if gen.options.docs_base_url:
+            return gen.options
         # the agent reached us under this host; a Host header that is not a plain host is ignored
-        host = request.host if _HOST.match(request.host or "") else self.settings.listen
-        return replace(self.options, docs_base_url=f"{request.scheme}://{host}")
+        host = request.host if _HOST.match(request.host or "") else gen.settings.listen
+        return replace(gen.options, docs_base_url=f"{request.scheme}://{host}")
 
     def _classify(
         self,
@@ -561,7 +562,7 @@ class Proxy:
                 return None
             one = replace(exchange, json=document, text=event.data, queried={})
             try:
-                redactor = self._redactor(exchange.route)
+                redactor = self._redactor(request, exchange.route)
                 answered = answer(protocol, call, one, ruleset, redactor, options)
             except Exception as exc:  # a bug must not end the stream the agent is reading
                 self._bug(exc)
@@ -601,7 +602,7 @@ class Proxy:
         ):
             call = self._bare_call(request)  # an error body may say what it is (JSON-RPC)
         options = self._options(request)
-        redactor = self._redactor(route.name)
+        redactor = self._redactor(request, route.name)
         answered = answer_exchange(ruleset, exchange, call, self.detector, redactor, options)
         if answered is None:
             return None
@@ -621,7 +622,7 @@ class Proxy:
         upstream: aiohttp.ClientResponse | None,
         status: int | None = None,
     ) -> tuple[web.Response, Envelope]:
-        redactor = self._redactor(exchange.route)
+        redactor = self._redactor(request, exchange.route)
         evaluation = rewrite(match, exchange, redactor, self._options(request))
         self._count(request, exchange, evaluation, None)
         http_status = status or exchange.status or 502
@@ -686,7 +687,7 @@ class Proxy:
                 headers.add("Set-Cookie", cookie)
             for name, value in upstream.headers.items():
                 if KEPT_ON_ENVELOPES.match(name) and not is_internal_header(name):
-                    redactor = self._redactor(route.name if route else None)
+                    redactor = self._redactor(request, route.name if route else None)
                     text = _scrub_header(name, value, redactor, kinds)
                     if text:
                         headers.add(name, safe_header_value(text, limit=2048))
@@ -732,7 +733,7 @@ class Proxy:
         if call.tee is None or call.ended or call.seen or _expects_continue(request):
             return
         try:
-            async with asyncio.timeout(self.settings.client_body_timeout):
+            async with asyncio.timeout(request[_GEN].settings.client_body_timeout):
                 while call.seen <= call.cap:
                     chunk = await request.content.readany()
                     if not chunk:
@@ -753,7 +754,7 @@ class Proxy:
         if failure.upstream:
             self.metrics.upstream_failures.labels(exchange.route, failure.reason).inc()
         exchange.status = None
-        rule = self.store.engine.own[failure.rule]
+        rule = request[_GEN].loaded.engine.own[failure.rule]
         found: dict[str, Any] = {}
         if "limit" in failure.context:
             found["limit"] = failure.context["limit"]
@@ -765,7 +766,7 @@ class Proxy:
                 request, route, exchange, match, None, status=failure.status
             )
         described(protocol, call, exchange)
-        redactor = self._redactor(exchange.route)
+        redactor = self._redactor(request, exchange.route)
         evaluation = rewrite(match, exchange, redactor, self._options(request))
         self._count(request, exchange, evaluation, protocol)
         rendered = protocol.render_whole(call, evaluation.envelope, failure.status)
@@ -795,20 +796,24 @@ class Proxy:
             await response.write_eof()
         except ConnectionError:
             pass
-        self._observe(exchange, response, started, upstream_s, outcome, envelope, failure)
+        self._observe(request, exchange, response, started, upstream_s, outcome, envelope, failure)
         return response
 
     def refuse(self, request: web.BaseRequest, failure: ProxyFailure) -> web.StreamResponse:
         """The envelope for a request mend refuses before proxying it (malformed, over a limit),
         logged and counted; the caller sends it."""
         started = time.perf_counter()
+        request[_GEN] = self.generation()
         exchange = _exchange(request, request_id(request.headers), "none")
         response, envelope = self._failure(request, exchange, None, failure)
-        self._observe(exchange, response, started, None, "proxy_failure", envelope, failure)
+        self._observe(
+            request, exchange, response, started, None, "proxy_failure", envelope, failure
+        )
         return response
 
     def _observe(
         self,
+        request: web.BaseRequest,
         exchange: Exchange,
         response: web.StreamResponse,
         started: float,
@@ -831,7 +836,7 @@ class Proxy:
             if exchange.protocol != "http":
                 line["protocol"] = exchange.protocol
             if exchange.text:
-                masked = self._redactor(exchange.route).mask(exchange.text[:16384])
+                masked = self._redactor(request, exchange.route).mask(exchange.text[:16384])
                 line["upstream_body"] = masked.text
         if failure is not None:
             line["failure"] = str(failure)
@@ -856,7 +861,10 @@ class Proxy:
             tunnel.stop()
 
     async def close(self) -> None:
-        await self.upstreams.close()
+        """Close every pool: the configuration in force, and any a drained request left."""
+        for generation in [*self._draining, self._generation]:
+            self._close(generation)
+        await asyncio.gather(*self._closing)
 
 
 #: Media types whose bodies are read as they arrive, event by event, never whole.
@@ -960,7 +968,7 @@ class MendServer(AgentServer):
     """
 
     def __init__(self, proxy: Proxy, catalog: Catalog, **kwargs: Any) -> None:
-        settings = proxy.settings
+        settings = proxy.generation().settings  # connections are opened as at start (restart)
         super().__init__(
             self._dispatch,
             refuse=proxy.refuse,
@@ -1005,19 +1013,16 @@ def create_app(
     *,
     logger: FilteringBoundLogger | None = None,
     engine: Engine | None = None,
+    source: Callable[[], Settings] | None = None,
 ) -> MendServer:
-    """The agent-facing server (serve it with ``web.ServerRunner``). May raise ``RuleError``."""
+    """The agent-facing server (serve it with ``web.ServerRunner``). May raise ``RuleError``.
+    With a ``source`` (``ConfigSource.load``), reloads read the settings again too."""
     metrics = Metrics(registry)
-    store = RuleStore(settings, engine or Engine.load(settings), on_reload=[metrics.reloaded])
-    metrics.reloaded(True, store.engine.rule_count)
-    proxy = Proxy(
-        settings,
-        store,
-        metrics,
-        logger or make_logger(),
-        agent_redactor(),
-        Detector(default_protocols()),
+    store = RuleStore(
+        settings, engine or Engine.load(settings), on_reload=[metrics.reloaded], source=source
     )
+    metrics.reloaded(True, store.engine.rule_count)
+    proxy = Proxy(store, metrics, logger or make_logger(), Detector(default_protocols()))
     catalog = Catalog(store)
     store.on_reload.append(catalog.refresh)
     # mend writes its own access log line (``Proxy._finish``); aiohttp's would be a second one

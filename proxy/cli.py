@@ -25,13 +25,20 @@ from proxy.redaction import explain as redaction_explain
 from proxy.redaction.sets import build_set, load_shipped
 from proxy.rulefile import RuleError, load_rules, rule_files
 from proxy.ruleset import RuleSet
-from proxy.server import serve
-from proxy.settings import PACKAGED_RULES, Settings, load_settings
+from proxy.server import EarlyHangups, serve
+from proxy.settings import PACKAGED_RULES, ConfigSource, Settings, load_settings
 from proxy.tls import TLSFileError, check_files
 from proxy.workers import run_workers
 
 
-def _settings_from_args(args: argparse.Namespace) -> Settings:
+def _config_source(args: argparse.Namespace, overrides: dict[str, object]) -> ConfigSource:
+    """``--config FILE`` with the flags that override its keys: read now, and on every reload."""
+    return ConfigSource(Path(args.config), overrides, tuple(map(Path, args.rules or ())))
+
+
+def _settings_from_args(args: argparse.Namespace) -> tuple[Settings, ConfigSource | None]:
+    """The settings ``mend run`` starts with, and the config they are read again from on reload
+    (None for the single-upstream form: its settings are the flags)."""
     overrides: dict[str, object] = {}
     if args.listen:
         overrides["listen"] = args.listen
@@ -44,16 +51,12 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
     overrides.update(_listener_tls(args))
     upstream_tls = _upstream_tls(args)
     if args.config:
-        settings = load_settings(Path(args.config), overrides)
-        if args.rules:
-            settings = settings.model_copy(
-                update={"rules": (*map(Path, args.rules), *settings.rules)}
-            )
-        return settings
+        source = _config_source(args, overrides)
+        return source.load(), source
     if not args.upstream:
         raise StartupError("give --upstream URL or --config FILE")
     try:
-        return Settings.model_validate(
+        settings = Settings.model_validate(
             {
                 "routes": [
                     {
@@ -80,6 +83,7 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
         # a route that fails leaves "routes" empty, and pydantic says so too: not the news
         specific = [e for e in errors if tuple(e["loc"]) != ("routes",)] or errors
         raise StartupError(*map(_flag_problem, specific)) from None
+    return settings, None
 
 
 class StartupError(Exception):
@@ -182,8 +186,9 @@ def _errors(problems: Sequence[str]) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    hangups = EarlyHangups()  # a SIGHUP from here on is a reload once mend serves, not its end
     try:
-        settings = _settings_from_args(args)
+        settings, source = _settings_from_args(args)
         Engine.load(settings)  # refuse to start on the errors `mend check` reports
     except RuleError as exc:  # one line a problem, as the logs and `mend check` say it
         return _errors(exc.problems)
@@ -192,11 +197,11 @@ def _run(args: argparse.Namespace) -> int:
     if tls_problems := check_files(settings):  # certificates, keys and CAs load, or no start
         return _errors([_tls_problem(exc, args) for exc in tls_problems])
     if settings.workers > 1:
-        run_workers(settings)
+        run_workers(settings, source)
         return 0
     install_uvloop()
     try:
-        asyncio.run(serve(settings))
+        asyncio.run(serve(settings, source=source, hangups=hangups))
     except OSError as exc:  # a listener could not bind: the port is taken, or not ours to take
         return _errors([_listen_problem(exc)])
     return 0

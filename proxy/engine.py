@@ -9,7 +9,7 @@ request always sees one consistent rule set and a bad file never replaces a good
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from proxy.redaction import Redactor
@@ -19,6 +19,7 @@ from proxy.redaction.sets import build_set, load_shipped
 from proxy.rulefile import LoadedRule, RuleError, exhausted, load_rule_text, load_rules
 from proxy.ruleset import Rule, RuleSet
 from proxy.settings import Settings
+from proxy.tls import ClientTLS, TLSFileError, client_tls
 
 _HERE = Path(__file__).resolve().parent
 FALLBACKS = _HERE / "fallbacks.yaml"
@@ -121,32 +122,81 @@ class Engine:
         return len(self.rules)
 
 
-@dataclass
-class RuleStore:
-    """Holds the engine in force; ``reload`` swaps in a new one only if it loads cleanly."""
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """One whole configuration: the settings, the engine compiled from them and each route's
+    upstream TLS context (its files read). Built whole and swapped whole."""
 
     settings: Settings
     engine: Engine
-    #: called with (succeeded, rules in force) after every attempt, in order
-    on_reload: list[Callable[[bool, int], None]] = field(default_factory=list)
-    last_error: str | None = field(default=None)
+    #: by route name, each route with a ``tls:`` block
+    tls: dict[str, ClientTLS] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, settings: Settings, where: str = "") -> Loaded:
+        """Compile ``settings``; ``RuleError`` names every rule problem, or a TLS file that
+        cannot be used (as ``where: routes[name].tls.ca_file FILE: reason``)."""
+        engine = Engine.load(settings)
+        try:
+            tls = client_tls(settings.routes)
+        except TLSFileError as exc:
+            raise RuleError([f"{where}{exc}"]) from exc
+        return cls(settings, engine, tls)
+
+
+class RuleStore:
+    """Holds the configuration in force; ``reload`` swaps in a new one only if it loads cleanly.
+
+    With a ``source`` (the ``--config`` file and the flags over it, ``ConfigSource.load``) a
+    reload reads the settings again too, so routes, upstreams, timeouts, limits and TLS change
+    with the rules, all at once; without one it recompiles the same settings' rule files.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        engine: Engine,
+        *,
+        on_reload: list[Callable[[bool, int], None]] | None = None,
+        source: Callable[[], Settings] | None = None,
+        tls: dict[str, ClientTLS] | None = None,
+    ) -> None:
+        self.loaded = Loaded(settings, engine, client_tls(settings.routes) if tls is None else tls)
+        #: called with (succeeded, rules in force) after every attempt, in order
+        self.on_reload: list[Callable[[bool, int], None]] = list(on_reload or ())
+        self.source = source
+        self.last_error: str | None = None
+
+    @property
+    def settings(self) -> Settings:
+        return self.loaded.settings
+
+    @property
+    def engine(self) -> Engine:
+        return self.loaded.engine
+
+    @engine.setter
+    def engine(self, engine: Engine) -> None:
+        self.loaded = replace(self.loaded, engine=engine)
 
     def reload(self) -> Engine:
-        """The new engine, or ``RuleError`` and the old one stays; every attempt is notified.
+        """The new engine, or ``RuleError`` and the old configuration stays; every attempt is
+        notified.
 
-        Anything else ``Engine.load`` raises is a bug, but still a failed reload: it is counted
-        as one before it propagates.
+        Anything else loading raises is a bug, but still a failed reload: it is counted as one
+        before it propagates.
         """
         try:
-            engine = Engine.load(self.settings)
+            settings = self.source() if self.source is not None else self.settings
+            loaded = Loaded.load(settings)
         except Exception as exc:
             self.last_error = str(exc) if isinstance(exc, RuleError) else repr(exc)
             self._notify(False, self.engine.rule_count)
             raise
-        self.engine = engine
+        self.loaded = loaded  # one assignment: a request sees the old whole or the new whole
         self.last_error = None
-        self._notify(True, engine.rule_count)
-        return engine
+        self._notify(True, loaded.engine.rule_count)
+        return loaded.engine
 
     def _notify(self, ok: bool, rules: int) -> None:
         for listener in self.on_reload:

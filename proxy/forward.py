@@ -243,7 +243,16 @@ class Upstreams:
             self._sessions[route] = session
         return session
 
+    def adopt(self, previous: Upstreams, route: str) -> None:
+        """Take over ``previous``' pool for ``route``, if it has one (a reload kept the route's
+        connections as they were): its connections stay warm, and closing ``previous`` leaves
+        it open."""
+        session = previous._sessions.pop(route, None)
+        if session is not None:
+            self._sessions.setdefault(route, session)
+
     async def close(self) -> None:
-        for session in self._sessions.values():
-            await session.close()
+        sessions = list(self._sessions.values())
         self._sessions.clear()
+        for session in sessions:
+            await session.close()

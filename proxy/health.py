@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import aiohttp
 from structlog.typing import FilteringBoundLogger
@@ -46,6 +48,7 @@ class HealthChecks:
         self.log = logger
         self.state = {r.name: RouteHealth(r.name) for r in self.routes}
         self.tasks: list[asyncio.Task[None]] = []
+        self._closing: asyncio.Future[None] | None = None
 
     def unready(self) -> list[dict[str, object]]:
         """Checked routes not known healthy (a route not probed yet counts as not ready)."""
@@ -86,13 +89,47 @@ class HealthChecks:
     def start(self) -> None:
         self.tasks = [asyncio.ensure_future(self.run(route)) for route in self.routes]
 
+    def on_reload(
+        self, store: _HasSettings, loop: asyncio.AbstractEventLoop
+    ) -> Callable[[bool, int], None]:
+        """A ``RuleStore.on_reload`` listener: when a reloaded config changes what is checked
+        (a route's upstream, TLS or ``health_check``), the probes start over on the new routes,
+        on the event loop's thread, whichever thread reloaded. Routes kept as they were keep
+        their state."""
+
+        def listener(ok: bool, _rules: int) -> None:
+            routes = tuple(r for r in store.settings.routes if r.health_check is not None)
+            if ok and routes != tuple(self.routes):
+                loop.call_soon_threadsafe(self.replace, routes)
+
+        return listener
+
+    def replace(self, routes: tuple[Route, ...]) -> None:
+        """Probe ``routes`` from now on (on the loop's thread)."""
+        old_tasks, old_upstreams = self.tasks, self.upstreams
+        for task in old_tasks:
+            task.cancel()
+        kept = {r.name: self.state[r.name] for r in routes if r in self.routes}
+        self.routes = list(routes)
+        self.upstreams = Upstreams(tls=client_tls(routes))
+        self.state = {r.name: kept.get(r.name) or RouteHealth(r.name) for r in routes}
+        self.start()
+        self._closing = asyncio.ensure_future(old_upstreams.close())
+
     async def stop(self) -> None:
         for task in self.tasks:
             task.cancel()
         for task in self.tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._closing is not None:
+            await self._closing
         await self.upstreams.close()
+
+
+class _HasSettings(Protocol):
+    @property
+    def settings(self) -> Settings: ...
 
 
 def health_checks(settings: Settings, logger: FilteringBoundLogger) -> HealthChecks:

@@ -25,7 +25,7 @@ from proxy.health import health_checks
 from proxy.limits import FdWatch, connection_budget, raise_nofile
 from proxy.logs import LineWriter, make_logger, route_stdlib_logging
 from proxy.rulefile import RuleError
-from proxy.settings import Settings, parse_hostport
+from proxy.settings import ConfigSource, Settings, parse_hostport
 from proxy.tls import ListenerCertificate, reload_counter
 from proxy.watch import RuleWatcher, reload_rules
 
@@ -56,6 +56,19 @@ def settle_after_reloads(loop: asyncio.AbstractEventLoop) -> Callable[[bool, int
             loop.call_soon_threadsafe(settle_heap)
 
     return listener
+
+
+class EarlyHangups:
+    """Notes a ``SIGHUP`` that arrives while mend starts (reading and compiling the rules takes
+    seconds), whose default action would end the process; ``serve`` reloads once for it when
+    its reloader is in place. Install it first thing, before the settings are read."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        signal.signal(signal.SIGHUP, self._note)
+
+    def _note(self, _signum: int, _frame: object) -> None:
+        self.seen = True
 
 
 class SighupReloader:
@@ -100,44 +113,71 @@ async def wait_for_stop() -> None:
     await stop.wait()
 
 
-async def serve(settings: Settings, *, worker: bool = False) -> None:
-    """Run until SIGINT/SIGTERM. A worker shares the agent port and leaves admin to its parent."""
+async def serve(
+    settings: Settings,
+    *,
+    worker: bool = False,
+    source: ConfigSource | None = None,
+    hangups: EarlyHangups | None = None,
+) -> None:
+    """Run until SIGINT/SIGTERM. A worker shares the agent port and leaves admin to its parent.
+    With a ``source`` (``--config``), every reload reads the config file again."""
     out = LineWriter(sys.stdout, flush_interval=LOG_FLUSH_INTERVAL)
     logger = make_logger(out)
     # aiohttp's and asyncio's own records, as JSON lines, repeats counted once per interval
     stdlib = route_stdlib_logging(logger)
     try:
-        await _serve(settings, logger, worker=worker)
+        await _serve(settings, logger, worker=worker, source=source, hangups=hangups)
     finally:
         stdlib.flush()
         out.flush()
 
 
-def _within_file_limit(settings: Settings, logger: FilteringBoundLogger) -> tuple[Settings, int]:
-    """Settings whose connection cap fits the process's file limit (raised first), and the limit."""
-    nofile = raise_nofile()
+def _within_file_limit(
+    settings: Settings, nofile: int, logger: FilteringBoundLogger | None = None
+) -> Settings:
+    """Settings whose connection cap fits the process's file limit (said once, at start)."""
     budget = connection_budget(settings.max_connections, nofile)
-    if budget < settings.max_connections:
+    if budget >= settings.max_connections:
+        return settings
+    if logger is not None:
         logger.warning(
             "max_connections_lowered",
             configured=settings.max_connections,
             max_connections=budget,
             file_limit=nofile,
         )
-        settings = settings.model_copy(update={"max_connections": budget})
-    return settings, nofile
+    return settings.model_copy(update={"max_connections": budget})
 
 
-async def _serve(settings: Settings, logger: FilteringBoundLogger, *, worker: bool) -> None:
-    settings, nofile = _within_file_limit(settings, logger)
-    registry = CollectorRegistry()
-    server = create_app(settings, registry, logger=logger)
-    store = server.proxy.store
+def _reader(source: ConfigSource | None, nofile: int) -> Callable[[], Settings] | None:
+    """How a reload reads the settings again: the config file, fitted to the file limit as the
+    settings at start were (so an unchanged cap is not a change)."""
+    if source is None:
+        return None
+    return lambda: _within_file_limit(source.load(), nofile)
+
+
+async def _serve(
+    settings: Settings,
+    logger: FilteringBoundLogger,
+    *,
+    worker: bool,
+    source: ConfigSource | None = None,
+    hangups: EarlyHangups | None = None,
+) -> None:
     loop = asyncio.get_running_loop()
+    nofile = raise_nofile()
+    settings = _within_file_limit(settings, nofile, logger)
+    registry = CollectorRegistry()
+    server = create_app(settings, registry, logger=logger, source=_reader(source, nofile))
+    store = server.proxy.store
     store.on_reload.append(settle_after_reloads(loop))
     grace = settings.shutdown_timeout
     # the admin port's readiness: a worker has none (its supervisor checks)
     health = None if worker else health_checks(settings, logger)
+    if health is not None:
+        store.on_reload.append(health.on_reload(store, loop))
     # certificates reload with the rules: SIGHUP, POST /-/reload and the watcher reach them all
     tls_reloads = reload_counter(registry)
     certificate = ListenerCertificate.for_listener(settings, "agent", logger, tls_reloads)
@@ -159,7 +199,7 @@ async def _serve(settings: Settings, logger: FilteringBoundLogger, *, worker: bo
         host, port = parse_hostport(address)
         ssl_context = None
         if cert is not None:
-            store.on_reload.append(cert.on_reload)
+            store.on_reload.append(cert.follow(store))
             ssl_context = cert.context
         await web.TCPSite(
             runner, host, port, backlog=1024, reuse_port=worker or None, ssl_context=ssl_context
@@ -176,8 +216,12 @@ async def _serve(settings: Settings, logger: FilteringBoundLogger, *, worker: bo
     )
     # the catalog's first build took the loop, and every request, for ~0.3 s: a thread does it
     catalog_built = asyncio.ensure_future(asyncio.to_thread(server.catalog.entries))
-    loop.add_signal_handler(signal.SIGHUP, SighupReloader(store, logger))
-    watcher = RuleWatcher(store, logger) if settings.watch_rules else None
+    reloader = SighupReloader(store, logger)
+    loop.add_signal_handler(signal.SIGHUP, reloader)
+    if hangups is not None and hangups.seen:
+        reloader()  # one came while mend started: the files may have changed since read
+    config = source.path if source is not None else None
+    watcher = RuleWatcher(store, logger, config=config) if settings.watch_rules else None
     if watcher is not None:
         watcher.start()
     files = FdWatch(logger, nofile)

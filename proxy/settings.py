@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.resources
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -212,6 +213,54 @@ class Settings(_Model):
     def rule_paths(self) -> list[Path]:
         """Operator files first (their rules win), then the shipped packs."""
         return [*self.rules, *([PACKAGED_RULES] if self.default_packs else [])]
+
+
+#: Settings a running mend cannot change: the listeners, the process model and what each agent
+#: connection is opened with are set up once. A reload that changes one names it in the log
+#: (``config_restart_needed``) and keeps the value in force; every other setting applies at once.
+RESTART_SETTINGS = (
+    "listen",
+    "admin_listen",
+    "workers",
+    "max_connections",
+    "max_connections_per_client",
+    "client_header_timeout",
+    "keepalive_timeout",
+    "max_request_line",
+    "max_header_size",
+    "max_headers",
+    "shutdown_timeout",
+    "watch_rules",
+    "admin_token",
+)
+
+
+def needs_restart(running: Settings, loaded: Settings) -> list[str]:
+    """The settings ``loaded`` changes that only a restart applies. A listener's certificate
+    files may move on reload, but one cannot start or stop serving TLS."""
+    changed = [key for key in RESTART_SETTINGS if getattr(running, key) != getattr(loaded, key)]
+    for key in ("tls_cert", "admin_tls_cert"):
+        if (getattr(running, key) is None) != (getattr(loaded, key) is None):
+            changed.append(key)
+    return changed
+
+
+@dataclass(frozen=True)
+class ConfigSource:
+    """Where ``mend run --config`` settings come from, to be read again on every reload: the
+    file, the flags that override its keys, and the ``--rules`` files added before its own.
+    Plain data, so a ``--workers`` child gets it too."""
+
+    path: Path
+    overrides: dict[str, object] = field(default_factory=dict)
+    extra_rules: tuple[Path, ...] = ()
+
+    def load(self) -> Settings:
+        """The settings as the file says now; ``RuleError`` with ``file:line`` problems."""
+        settings = load_settings(self.path, dict(self.overrides))
+        if self.extra_rules:
+            settings = settings.model_copy(update={"rules": (*self.extra_rules, *settings.rules)})
+        return settings
 
 
 def load_settings(path: Path, overrides: dict[str, object] | None = None) -> Settings:

@@ -22,10 +22,10 @@ operator's words: one ``mend: error:`` line at start, a logged and counted failu
 from __future__ import annotations
 
 import ssl
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 from structlog.typing import FilteringBoundLogger
@@ -34,6 +34,11 @@ from proxy.settings import Route, Settings, UpstreamTLS
 
 #: The one application protocol mend speaks, offered and accepted in ALPN (as aiohttp's client).
 _ALPN = ("http/1.1",)
+
+
+class _HasSettings(Protocol):
+    @property
+    def settings(self) -> Settings: ...
 
 
 class TLSFileError(Exception):
@@ -145,26 +150,17 @@ def client_context(tls: UpstreamTLS, where: str) -> ssl.SSLContext:
     return context
 
 
-def client_tls(
-    routes: Iterable[Route], logger: FilteringBoundLogger | None = None
-) -> dict[str, ClientTLS]:
+def client_tls(routes: Iterable[Route]) -> dict[str, ClientTLS]:
     """Each route with a ``tls:`` block, by name, with its context; ``TLSFileError`` on a file
-    mend cannot use. ``verify: false`` is logged as a warning, once per route."""
-    out: dict[str, ClientTLS] = {}
-    for route in routes:
-        if route.tls is None:
-            continue
-        out[route.name] = ClientTLS(
+    mend cannot use. (``verify: false`` is warned about where a configuration comes into
+    force: ``proxy/generation.py``.)"""
+    return {
+        route.name: ClientTLS(
             client_context(route.tls, f"routes[{route.name}].tls"), route.tls.server_name
         )
-        if not route.tls.verify and logger is not None:
-            logger.warning(
-                "upstream_tls_verify_disabled",
-                route=route.name,
-                upstream=route.upstream,
-                detail="any certificate is accepted: encrypted, but not authenticated",
-            )
-    return out
+        for route in routes
+        if route.tls is not None
+    }
 
 
 # --- for agents and operators -------------------------------------------------------------------
@@ -261,6 +257,19 @@ class ListenerCertificate:
         """A ``RuleStore.on_reload`` listener: certificates reload with the rules, whether or
         not the rules did (a renewed certificate does not wait for a rule file to be fixed)."""
         self.reload()
+
+    def follow(self, store: _HasSettings) -> Callable[[bool, int], None]:
+        """A ``RuleStore.on_reload`` listener that also follows the files' paths in the settings
+        in force (a reloaded ``--config`` may name new ones). A listener whose TLS the config
+        removed keeps serving it until a restart (``config_restart_needed`` says so)."""
+
+        def listener(ok: bool, rules: int) -> None:
+            pair = _listener_pair(store.settings, self.listener)
+            if pair is not None:
+                self.pair = pair
+            self.on_reload(ok, rules)
+
+        return listener
 
 
 def check_files(settings: Settings) -> list[TLSFileError]:

@@ -26,7 +26,7 @@ from structlog.typing import FilteringBoundLogger
 
 from proxy.engine import Engine, RuleStore
 from proxy.rulefile import RuleError
-from proxy.settings import Settings
+from proxy.settings import Settings, needs_restart
 
 #: One reload at a time (the watcher, the admin port and SIGHUP each reload in a thread): two
 #: overlapping loads could otherwise finish out of order and leave the older files' rules in force.
@@ -39,9 +39,11 @@ Snapshot = dict[str, Signature | None]
 def reload_rules(
     store: RuleStore, logger: FilteringBoundLogger, trigger: str
 ) -> Engine | RuleError:
-    """Reload and log the outcome: the new engine, or the error that kept the old one."""
+    """Reload and log the outcome: the new engine, or the error that kept the old one; and
+    which changed settings only a restart applies."""
     try:
         with _RELOADING:
+            before = store.settings
             engine = store.reload()
     except RuleError as exc:
         logger.error(
@@ -51,22 +53,43 @@ def reload_rules(
             rules=store.engine.rule_count,
         )
         return exc
-    logger.info("rules_reloaded", trigger=trigger, rules=engine.rule_count)
+    after = store.settings
+    if after is before:
+        logger.info("rules_reloaded", trigger=trigger, rules=engine.rule_count)
+        return engine
+    logger.info(
+        "rules_reloaded",
+        trigger=trigger,
+        rules=engine.rule_count,
+        routes=[f"{r.name} {r.prefix} -> {r.upstream}" for r in after.routes],
+        config_changed=after != before,
+    )
+    if changed := needs_restart(before, after):
+        logger.warning(
+            "config_restart_needed",
+            settings=changed,
+            detail="these settings apply when mend restarts; the running values stay in force",
+        )
     return engine
 
 
-def watched_paths(settings: Settings) -> list[Path]:
-    """Every rule file or directory the settings name, shared and per route, the operator's
-    redaction detector files, and the certificates the listeners serve (they reload with the
-    rules: ``proxy/tls.py``).
+def watched_paths(settings: Settings, config: Path | None = None) -> list[Path]:
+    """The ``--config`` file, every rule file or directory the settings name, shared and per
+    route, the operator's redaction detector files, and the certificates the listeners serve
+    and routes' upstream TLS files (they reload with the rules: ``proxy/tls.py``).
 
     The shipped detectors (``rules/redaction/``, package data) are read again by every reload
     but not polled: reading and summing them every second cost more instructions than an error
     request's whole redaction."""
-    paths = [*settings.rule_paths(), *settings.redaction.detectors]
+    paths = [*([config] if config is not None else []), *settings.rule_paths()]
+    paths.extend(settings.redaction.detectors)
     for route in settings.routes:
         paths.extend(route.rules)
         paths.extend(route.redaction.detectors)
+        if route.tls is not None:
+            paths.extend(
+                p for p in (route.tls.ca_file, route.tls.cert_file, route.tls.key_file) if p
+            )
     for tls_file in (
         settings.tls_cert,
         settings.tls_key,
@@ -116,13 +139,19 @@ class RuleWatcher:
         *,
         interval: float = 1.0,
         debounce: float = 0.25,
+        config: Path | None = None,
     ) -> None:
         self.store = store
         self.log = logger
         self.interval = interval
         self.debounce = debounce
-        self.paths = watched_paths(store.settings)
+        self.config = config
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def paths(self) -> list[Path]:
+        """What to watch under the settings in force: a reloaded config may name other files."""
+        return watched_paths(self.store.settings, self.config)
 
     async def _settled(self, seen: Snapshot) -> Snapshot:
         """Wait until the files stop changing (each look ``debounce`` apart)."""
@@ -146,11 +175,15 @@ class RuleWatcher:
             if not changed:
                 continue
             self.log.info("rule_files_changed", files=changed)
+            watched = self.paths
             try:
                 # compiling takes a while on big rule sets: off the loop, so requests keep flowing
                 await asyncio.to_thread(reload_rules, self.store, self.log, "watch")
             except Exception as exc:  # the watcher must outlive any one bad reload
                 self.log.error("rules_reload_failed", trigger="watch", error=repr(exc))
+            if self.paths != watched:  # the reloaded config names other files: watch those
+                fresh = await asyncio.to_thread(snapshot, self.paths)
+                last = {**fresh, **{k: v for k, v in settled.items() if k in fresh}}
 
     def start(self) -> asyncio.Task[None]:
         if self._task is None:

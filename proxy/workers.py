@@ -22,28 +22,43 @@ from prometheus_client import CollectorRegistry, multiprocess
 from structlog.typing import FilteringBoundLogger
 
 from proxy.admin import admin_application
-from proxy.engine import Engine
+from proxy.engine import Loaded
 from proxy.health import health_checks
 from proxy.logs import make_logger, route_stdlib_logging
 from proxy.rulefile import RuleError
-from proxy.settings import Settings, parse_hostport
+from proxy.settings import ConfigSource, Settings, parse_hostport
 from proxy.tls import ListenerCertificate
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
-def _worker_main(settings_json: str) -> None:
-    """Entry point of one worker process (spawned, so it imports everything afresh)."""
+def _worker_main(settings_json: str, source: ConfigSource | None) -> None:
+    """Entry point of one worker process (spawned, so it imports everything afresh); with the
+    ``--config`` source it reads again on every reload."""
     from proxy.cli import install_uvloop  # noqa: PLC0415 - in the child, after the env is set
-    from proxy.server import serve  # noqa: PLC0415
+    from proxy.server import EarlyHangups, serve  # noqa: PLC0415
+
+    hangups = EarlyHangups()
 
     install_uvloop()
-    asyncio.run(serve(Settings.model_validate_json(settings_json), worker=True))
+    settings = Settings.model_validate_json(settings_json)
+    if source is not None:  # a worker started again after a reload starts on the config as it is
+        with contextlib.suppress(RuleError):
+            settings = source.load()
+    asyncio.run(serve(settings, worker=True, source=source, hangups=hangups))
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, logger: FilteringBoundLogger, metrics_dir: str) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        logger: FilteringBoundLogger,
+        metrics_dir: str,
+        source: ConfigSource | None = None,
+    ) -> None:
         self.settings = settings
+        self.source = source
+        self._reread: asyncio.Future[None] | None = None
         self.log = logger
         self.metrics_dir = metrics_dir
         self.context = multiprocessing.get_context("spawn")
@@ -55,11 +70,36 @@ class Supervisor:
 
     def start_worker(self) -> BaseProcess:
         process = self.context.Process(
-            target=_worker_main, args=(self.settings.model_dump_json(),), daemon=False
+            target=_worker_main, args=(self.settings.model_dump_json(), self.source), daemon=False
         )
         process.start()
         self.log.info("worker_started", pid=process.pid)
         return process
+
+    def validate(self) -> Loaded:
+        """What each worker's reload will load (the config read again, if there is one), for
+        the admin port to answer with; ``RuleError`` with ``file:line`` problems."""
+        settings = self.source.load() if self.source is not None else self.settings
+        return Loaded.load(settings)
+
+    def follow(self, settings: Settings) -> None:
+        """The supervisor's own checks follow a reloaded config's routes (on the loop)."""
+        checked = tuple(r for r in settings.routes if r.health_check is not None)
+        if checked != tuple(self.health.routes):
+            self.health.replace(checked)
+
+    def sighup(self) -> None:
+        """Every worker reloads; the supervisor's checks follow the config if it loads."""
+        self.reload_all()
+        if self.source is not None:
+            self._reread = asyncio.ensure_future(self._follow_config())
+
+    async def _follow_config(self) -> None:
+        try:
+            loaded = await asyncio.to_thread(self.validate)
+        except RuleError:
+            return  # each worker logs and counts the same problems
+        self.follow(loaded.settings)
 
     def reload_all(self) -> None:
         """SIGHUP to every worker (rules, config, the agent port's certificate), and the admin
@@ -127,7 +167,7 @@ class Supervisor:
 
         async def reload(_: web.Request) -> web.Response:
             try:
-                engine = await asyncio.to_thread(Engine.load, self.settings)
+                loaded = await asyncio.to_thread(self.validate)
             except RuleError as exc:
                 self.log.error(
                     "rules_reload_rejected", trigger="admin", problems=list(exc.problems)
@@ -139,8 +179,10 @@ class Supervisor:
                     {"status": "rejected", "problems": list(exc.problems)}, status=422
                 )
             self.reload_all()
+            self.follow(loaded.settings)
+            rules = loaded.engine.rule_count
             return web.json_response(
-                {"status": "reloaded", "rules": engine.rule_count, "workers": len(self.workers)}
+                {"status": "reloaded", "rules": rules, "workers": len(self.workers)}
             )
 
         return admin_application(
@@ -158,7 +200,7 @@ class Supervisor:
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        loop.add_signal_handler(signal.SIGHUP, self.reload_all)
+        loop.add_signal_handler(signal.SIGHUP, self.sighup)
         self.log.info(
             "supervisor_started",
             workers=self.settings.workers,
@@ -175,7 +217,7 @@ class Supervisor:
         await runner.cleanup()
 
 
-def run_workers(settings: Settings) -> None:
+def run_workers(settings: Settings, source: ConfigSource | None = None) -> None:
     """Supervise ``settings.workers`` worker processes until SIGINT/SIGTERM."""
     metrics_dir = tempfile.mkdtemp(prefix="mend-metrics-")
     # set before any worker starts: prometheus-client picks its value store at import time
@@ -183,6 +225,6 @@ def run_workers(settings: Settings) -> None:
     try:
         logger = make_logger()
         route_stdlib_logging(logger)
-        asyncio.run(Supervisor(settings, logger, metrics_dir).run())
+        asyncio.run(Supervisor(settings, logger, metrics_dir, source).run())
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)

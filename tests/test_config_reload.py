@@ -318,20 +318,30 @@ class Load:
                     self.failures.append(repr(exc))
 
 
+def _config_on_free_ports(tmp_path: Path, upstream: Upstream) -> tuple[Path, int, int, str]:
+    """A config on free ports routing to ``upstream``: its path, ports and listener lines."""
+    port, admin = free_port(), free_port()
+    config = tmp_path / "mend.yaml"
+    head = f"listen: 127.0.0.1:{port}\nadmin_listen: 127.0.0.1:{admin}\nwatch_rules: false\n"
+    config.write_text(config_text(upstream.url, extra=head))
+    return config, port, admin, head
+
+
+async def _mend_run(config: Path, *flags: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "proxy", "run", "--config", str(config), *flags,
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+
+
 async def test_mend_run_moves_a_route_under_load_on_sighup_without_a_failed_request(
     aiohttp_server: ServerFactory, tmp_path: Path
 ) -> None:
     """A real ``mend run --config`` under load from four clients: the config moved to another
     upstream and SIGHUP, back and forth; every request answered, by A or B, none failed."""
     a, b = await start("A", aiohttp_server), await start("B", aiohttp_server)
-    port, admin = free_port(), free_port()
-    config = tmp_path / "mend.yaml"
-    head = f"listen: 127.0.0.1:{port}\nadmin_listen: 127.0.0.1:{admin}\nwatch_rules: false\n"
-    config.write_text(config_text(a.url, extra=head))
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "proxy", "run", "--config", str(config),
-        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    config, port, _admin, head = _config_on_free_ports(tmp_path, a)
+    process = await _mend_run(config)
     load = Load(f"http://127.0.0.1:{port}/who")
 
     async def serving(name: str) -> None:
@@ -375,14 +385,8 @@ async def test_every_worker_reads_the_config_again(
     ``file:line`` and then, once fixed, moves every worker's route (many connections, each
     answered by B)."""
     a, b = await start("A", aiohttp_server), await start("B", aiohttp_server)
-    port, admin = free_port(), free_port()
-    config = tmp_path / "mend.yaml"
-    head = f"listen: 127.0.0.1:{port}\nadmin_listen: 127.0.0.1:{admin}\nwatch_rules: false\n"
-    config.write_text(config_text(a.url, extra=head))
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "proxy", "run", "--config", str(config), "--workers", "2",
-        cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    config, port, admin, head = _config_on_free_ports(tmp_path, a)
+    process = await _mend_run(config, "--workers", "2")
     url, reload_url = f"http://127.0.0.1:{port}/who", f"http://127.0.0.1:{admin}/-/reload"
 
     async def answers(session: aiohttp.ClientSession) -> set[str]:

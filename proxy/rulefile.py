@@ -508,15 +508,16 @@ def load_rule_text(text: str, name: str, default_pack: str) -> list[LoadedRule]:
     return loaded
 
 
-def rule_files(paths: Iterable[Path]) -> Iterator[Path]:
-    """Files named by ``paths``: a directory means its ``*.yaml``/``*.yml`` files, sorted."""
+def rule_files(paths: Iterable[Path], kind: str = "rule") -> Iterator[Path]:
+    """Files named by ``paths``: a directory means its ``*.yaml``/``*.yml`` files, sorted. A
+    path that does not exist is a ``RuleError`` naming the ``kind`` of file it should be."""
     for path in paths:
         if path.is_dir():
             yield from sorted(p for p in path.iterdir() if p.suffix in {".yaml", ".yml"})
         elif path.exists():
             yield path
         else:
-            raise RuleError([f"{path}:1: no such rule file or directory"])
+            raise RuleError([f"{path}:1: no such {kind} file or directory"])
 
 
 def load_rules(paths: Iterable[Path], disabled_packs: Iterable[str] = ()) -> list[LoadedRule]:

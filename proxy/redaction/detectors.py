@@ -31,7 +31,7 @@ that fails to load never replaces the one in force.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -49,7 +49,7 @@ from pydantic import (
 
 from proxy.redaction import functions
 from proxy.regex import options, re2_source
-from proxy.rulefile import RuleError, exhausted, parse_yaml, validation_problems
+from proxy.rulefile import RuleError, exhausted, parse_yaml, rule_files, validation_problems
 
 #: What a detector does with what it finds:
 #: ``mask`` (a secret: ``[redacted]`` for agents, ``[masked]`` in the operator's log),
@@ -320,17 +320,6 @@ def load_detector_text(text: str, name: str, *, shipped: bool) -> list[LoadedDet
     return loaded
 
 
-def detector_files(paths: Iterable[Path]) -> Iterator[Path]:
-    """Files named by ``paths``: a directory means its ``*.yaml``/``*.yml`` files, sorted."""
-    for path in paths:
-        if path.is_dir():
-            yield from sorted(p for p in path.iterdir() if p.suffix in {".yaml", ".yml"})
-        elif path.exists():
-            yield path
-        else:
-            raise RuleError([f"{path}:1: no such detector file or directory"])
-
-
 #: files already parsed, by name and text: a reload re-reads every file but parses (and compiles)
 #: only those that changed (YAML parsing is most of the cost of a detector file)
 _PARSED: dict[tuple[str, str, bool], list[LoadedDetector]] = {}
@@ -352,7 +341,7 @@ def load_detector_files(paths: Iterable[Path], *, shipped: bool) -> list[LoadedD
     """Every detector of every file, in order; all problems of all files together."""
     problems: list[str] = []
     loaded: list[LoadedDetector] = []
-    for file in detector_files(paths):
+    for file in rule_files(paths, kind="detector"):
         try:
             loaded.extend(_parsed(file.read_text("utf-8"), str(file), shipped))
         except RuleError as exc:

@@ -46,6 +46,8 @@ def _settings_from_args(args: argparse.Namespace) -> tuple[Settings, ConfigSourc
         overrides["admin_listen"] = args.admin_listen
     if args.no_default_packs:
         overrides["default_packs"] = False
+    if args.no_watch:
+        overrides["watch_rules"] = False
     if getattr(args, "workers", None):
         overrides["workers"] = args.workers
     overrides.update(_listener_tls(args))
@@ -410,6 +412,11 @@ def _parser() -> argparse.ArgumentParser:
         "--workers", type=int, help="processes sharing the agent port (SO_REUSEPORT); default 1"
     )
     run.add_argument("--no-default-packs", action="store_true", help="do not load rules/ packs")
+    run.add_argument(
+        "--no-watch",
+        action="store_true",
+        help="do not poll rule, config and certificate files (SIGHUP and POST /-/reload still do)",
+    )
     tls = run.add_argument_group("TLS (certificates reload with the rules: SIGHUP, POST /-/reload)")
     tls.add_argument("--tls-cert", metavar="FILE", help="serve agents HTTPS with this PEM chain")
     tls.add_argument("--tls-key", metavar="FILE", help="its key (default: in the --tls-cert file)")

@@ -182,3 +182,18 @@ def test_large_upload_streams_in_flat_memory(
         got = resp.read().decode()
     assert got == expected.hexdigest()
     assert (peak - before) < 20 * 1024, f"RSS grew {peak - before} KiB"
+
+
+@pytest.mark.parametrize("form", ["upstream", "config"])
+def test_no_watch_turns_the_file_watcher_off(tmp_path: Path, form: str) -> None:
+    """``--no-watch`` is ``watch_rules: false``, over a config that says otherwise too."""
+    from proxy.cli import _parser, _settings_from_args  # noqa: PLC0415 (private helpers)
+
+    config = tmp_path / "mend.yaml"
+    config.write_text("watch_rules: true\nroutes: [{name: a, upstream: 'http://127.0.0.1:1'}]\n")
+    given = (
+        ["--upstream", "http://127.0.0.1:1"] if form == "upstream" else ["--config", str(config)]
+    )
+    for flags, watching in (([], True), (["--no-watch"], False)):
+        settings, _ = _settings_from_args(_parser().parse_args(["run", *given, *flags]))
+        assert settings.watch_rules is watching

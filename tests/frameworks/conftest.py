@@ -13,10 +13,27 @@ from tests.frameworks.stack import Stack, running_stack
 OUTCOMES = pytest.StashKey[dict[str, Outcome]]()
 
 
+def _wanted_apps(items: list[pytest.Item]) -> set[str] | None:
+    """The apps this run's selected cases need (``-k drf`` starts DRF only); ``None``: all."""
+    wanted: set[str] = set()
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or not item.nodeid.startswith("tests/frameworks/"):
+            continue
+        case = callspec.params.get("case")
+        if case is None:
+            return None  # a target test scores every case
+        wanted.add(case.app)
+    return wanted
+
+
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """Every framework app, nginx, and one real ``mend run`` in front of them."""
-    with running_stack(tmp_path_factory.mktemp("frameworks")) as running:
+def stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """The framework apps the selected cases need, nginx, and one real ``mend run`` in front."""
+    wanted = _wanted_apps(request.session.items)
+    with running_stack(tmp_path_factory.mktemp("frameworks"), wanted) as running:
         yield running
 
 

@@ -51,6 +51,8 @@ class Request(_Model):
     #: a body of this many bytes (octet-stream), or a JSON object padded to it
     bytes: int | None = None
     json_bytes: int | None = None
+    #: a body sent as is with Content-Type application/json (malformed JSON)
+    raw_json: str | None = None
 
 
 class Expect(_Model):
@@ -67,6 +69,8 @@ class Case(_Model):
     expect: Expect
     send: int = Field(1, ge=1, le=5)
     engine: str | None = None
+    #: why only a built-in fallback answers this case (mend check --coverage), when deliberate
+    fallback: str | None = None
 
 
 def load_cases(path: Path = CASES_FILE) -> list[Case]:

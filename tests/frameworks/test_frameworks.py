@@ -28,21 +28,26 @@ TARGETS = {
 }
 
 
-def _send(stack: Stack, case: Case) -> httpx.Response:
+def request_kwargs(case: Case) -> dict[str, Any]:
+    """httpx arguments for the case's body."""
     r = case.request
-    kwargs: dict[str, Any] = {}
     if r.json_body is not None:
-        kwargs["json"] = r.json_body
-    elif r.bytes is not None:
-        kwargs["content"] = b"x" * r.bytes
-        kwargs["headers"] = {"Content-Type": "application/octet-stream"}
-    elif r.json_bytes is not None:
-        kwargs["json"] = {"pad": "x" * r.json_bytes}
-    url = f"{stack.mend}/{case.app}{r.path}"
+        return {"json": r.json_body}
+    if r.raw_json is not None:
+        return {"content": r.raw_json.encode(), "headers": {"Content-Type": "application/json"}}
+    if r.bytes is not None:
+        return {"content": b"x" * r.bytes, "headers": {"Content-Type": "application/octet-stream"}}
+    if r.json_bytes is not None:
+        return {"json": {"pad": "x" * r.json_bytes}}
+    return {}
+
+
+def _send(stack: Stack, case: Case) -> httpx.Response:
+    url = f"{stack.mend}/{case.app}{case.request.path}"
     with httpx.Client(timeout=15.0) as client:
         for _ in range(case.send - 1):
-            client.request(r.method, url, **kwargs)
-        return client.request(r.method, url, **kwargs)
+            client.request(case.request.method, url, **request_kwargs(case))
+        return client.request(case.request.method, url, **request_kwargs(case))
 
 
 def outcome_of(case: Case, stack: Stack, outcomes: dict[str, Outcome]) -> Outcome:

@@ -4,9 +4,11 @@ Every error comes from FastAPI, Starlette, pydantic or slowapi themselves: reque
 ``HTTPException``, the security dependencies, routing, and the server-error middleware.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: FastAPI reads the parameters' annotations at
+# runtime, and ``Depends(bearer)`` names a local of ``build``.
 import sys
+import time
+from email.utils import formatdate
 from typing import Annotated
 
 import uvicorn
@@ -72,6 +74,18 @@ def build(debug: bool) -> FastAPI:
     @limiter.limit("1/minute")
     def search(request: Request, response: Response) -> list[int]:
         return []
+
+    @app.put("/items/{item_id}")
+    def lock_item(item_id: int) -> None:
+        raise HTTPException(
+            status_code=409,
+            detail={"error": "item_locked", "lock_holder": "job-7", "unlock_at": "in 5 minutes"},
+        )
+
+    @app.get("/status")
+    def maintenance() -> None:
+        until = formatdate(time.time() + 120, usegmt=True)
+        raise HTTPException(503, "Down for maintenance", headers={"Retry-After": until})
 
     @app.get("/report")
     def report() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flask import Flask, abort, jsonify, request
@@ -84,6 +85,10 @@ def build(debug: bool) -> Flask:
     @limiter.limit("1/minute")
     def search() -> Any:
         return []
+
+    @app.get("/status")
+    def maintenance() -> Any:
+        abort(503, retry_after=datetime.now(UTC) + timedelta(seconds=120))
 
     @app.get("/report")
     def report() -> Any:

@@ -6,6 +6,7 @@ Each app is its own process on a free port, stopped by its PID; mend routes ``/<
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -13,9 +14,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -25,6 +27,7 @@ ROOT = HERE.parent.parent
 NODE = HERE / "node"
 #: generous: eleven servers import their frameworks at once, on a CI box shared with others
 START_TIMEOUT_S = 90.0
+_PR_SET_PDEATHSIG = 1
 
 #: app name -> the command (given the port) that serves it
 PYTHON_APPS: dict[str, tuple[str, ...]] = {
@@ -91,13 +94,28 @@ class Process:
                 self.proc.wait(5)
 
 
+def _die_with_parent() -> Callable[[], object] | None:
+    """A ``preexec_fn`` (Linux) that has the child SIGTERMed when the test run dies, even by
+    SIGKILL, so no app outlives a killed run. libc is loaded here, in the parent: the child only
+    makes one system call between fork and exec."""
+    if sys.platform != "linux":
+        return None
+    return partial(ctypes.CDLL(None, use_errno=True).prctl, _PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def _spawn(
     name: str, argv: list[str], port: int, logs: Path, env: dict[str, str] | None = None
 ) -> Process:
     log = logs / f"{name}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=ROOT
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=ROOT,
+            preexec_fn=_die_with_parent(),  # noqa: PLW1509 (one prctl call, see there)
         )
     return Process(name, proc, port, log)
 

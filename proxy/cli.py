@@ -63,6 +63,7 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
                         "success_rules": args.success_rules or [],
                         **({"protocol": args.protocol} if args.protocol else {}),
                         **({"tls": upstream_tls} if upstream_tls else {}),
+                        **_openapi_flags(args),
                         **({"read_timeout": args.read_timeout} if args.read_timeout else {}),
                         **(
                             {"connect_timeout": args.connect_timeout}
@@ -82,6 +83,16 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
         raise StartupError(*map(_flag_problem, specific)) from None
 
 
+def _openapi_flags(args: argparse.Namespace) -> dict[str, object]:
+    """``--openapi`` and ``--validate-requests`` as the single route's settings."""
+    out: dict[str, object] = {}
+    if getattr(args, "openapi", None):
+        out["openapi"] = args.openapi
+    if getattr(args, "validate_requests", False):
+        out["validate_requests"] = True
+    return out
+
+
 class StartupError(Exception):
     """A problem with ``mend run``'s flags or environment, said in one line each."""
 
@@ -99,6 +110,8 @@ _FLAGS = {
     "connect_timeout": "--connect-timeout",
     "workers": "--workers",
     "rules": "--rules",
+    "openapi": "--openapi",
+    "validate_requests": "--validate-requests",
 }
 
 
@@ -401,6 +414,16 @@ def _parser() -> argparse.ArgumentParser:
         "--read-timeout", type=float, help="seconds to the response headers (default 60)"
     )
     run.add_argument("--connect-timeout", type=float, help="seconds (with --upstream; default 5)")
+    run.add_argument(
+        "--openapi",
+        metavar="FILE",
+        help="the upstream's OpenAPI 3.0/3.1 document (with --upstream)",
+    )
+    run.add_argument(
+        "--validate-requests",
+        action="store_true",
+        help="refuse requests the --openapi document calls invalid, before the upstream",
+    )
     run.add_argument(
         "--workers", type=int, help="processes sharing the agent port (SO_REUSEPORT); default 1"
     )

@@ -67,6 +67,8 @@ def watched_paths(settings: Settings) -> list[Path]:
     for route in settings.routes:
         paths.extend(route.rules)
         paths.extend(route.redaction.detectors)
+        if route.openapi is not None:
+            paths.append(route.openapi)
     for tls_file in (
         settings.tls_cert,
         settings.tls_key,

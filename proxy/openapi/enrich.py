@@ -321,18 +321,18 @@ def _redirect(
         f"send {next_operation} instead."
     )
     target = template.methods[chosen_method]
-    return envelope.model_copy(
-        update={
-            "next_operation": next_operation,
-            "next_operation_args": params or None,
-            "allowed_values": allowed,
-            "suggested_value": next_operation,
-            "action": Action.CALL_OTHER_OPERATION,
-            "hint": hint,
-            "steps": (f"Send {next_operation} instead.",),
-            "example_request": example_request(spec, mount, target, None, request),
-        }
-    )
+    update: dict[str, Any] = {
+        "next_operation": next_operation,
+        "next_operation_args": params or None,
+        "allowed_values": allowed,
+        "suggested_value": next_operation,
+        "example_request": example_request(spec, mount, target, None, request),
+    }
+    if not envelope.retryable:  # a retry (a gateway's 404 during a deploy) stays a retry
+        update["action"] = Action.CALL_OTHER_OPERATION
+        update["hint"] = hint
+        update["steps"] = (f"Send {next_operation} instead.",)
+    return envelope.model_copy(update=update)
 
 
 def _nearest(spec: Spec, method: str, spec_path: str) -> list[tuple[str, Template, dict[str, str]]]:

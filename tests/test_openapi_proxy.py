@@ -102,6 +102,7 @@ async def test_invalid_enum_gets_the_allowed_values_and_the_nearest(
     assert field["documented"] is True
     assert error["allowed_values"]["enum"] == ["low", "medium", "high"]
     assert error["suggested_value"] == "high"
+    assert "send one of low, medium, high, suggested: 'high'" in error["steps"][0]
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=["3.0", "3.1"])

@@ -98,6 +98,10 @@ def check_document(data: Any, lines: Lines, name: str) -> Document:
         problems.append(f"{name}:1: unresolvable $ref: {_short(str(exc))}")
     except RecursionError as exc:
         problems.append(f"{name}:1: OpenAPI document nested too deep ({type(exc).__name__})")
+    except Exception as exc:
+        # (``paths: 7`` is a KeyError in its keyword pass): after its schema errors, if any
+        if not problems:
+            problems.append(f"{name}:1: not a valid OpenAPI document ({type(exc).__name__})")
     if problems:
         raise RuleError(problems)
     resource: Resource[Any] = spec.create_resource(data)

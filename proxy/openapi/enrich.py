@@ -19,7 +19,7 @@ import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from proxy.envelope import Action, Category, Envelope, InvalidField
 from proxy.exchange import NOT_JSON
@@ -70,15 +70,17 @@ def enrich(
             return envelope
         return _redirect(envelope, spec, mount, request, located.spec_path, match)
     operation = match.operation
-    update: dict[str, Any] = {
-        "operation": operation.describe(),
-        "example_request": example_request(spec, mount, operation, match, request),
-    }
     fields = (
         [_from_violation(v) for v in violations]
         if violations is not None
         else [_with_facts(f, spec, operation, request) for f in envelope.invalid_fields]
     )
+    bad = {f.field for f in fields}
+    sent = {k: v for k, v in match.params.items() if "/" + k not in bad}
+    update: dict[str, Any] = {
+        "operation": operation.describe(),
+        "example_request": example_request(spec, mount, operation, sent),
+    }
     update["invalid_fields"] = tuple(fields)
     if violations is not None and fields:
         update["field"] = fields[0].field
@@ -90,6 +92,7 @@ def enrich(
             *(f"Change {f.field} ({f.location}): {f.reason}." for f in fields),
             f"Send {request.method} {unquote(request.path)} again.",
         )
+    update["steps"] = _advised(update.get("steps", envelope.steps), fields)
     pointer = update.get("field", envelope.field)
     primary = next((f for f in fields if f.field == pointer), None)
     if primary is not None:
@@ -100,6 +103,40 @@ def enrich(
     if envelope.next_operation is None:
         update.update(_linked(envelope, spec, mount, operation, match, request))
     return envelope.model_copy(update=update)
+
+
+def _advised(steps: Sequence[str], fields: Sequence[InvalidField]) -> tuple[str, ...]:
+    """Each "Change /field: ..." step with what the document allows there and a suggestion."""
+    by_step = {f"Change {f.field}": f for f in fields if f.documented}
+    out = []
+    for step in steps:
+        field = by_step.get(step.split(":", 1)[0].split(" (", 1)[0])
+        advice = _advice(field, step) if field is not None else None
+        out.append(f"{step.rstrip('.')}; {advice}." if advice else step)
+    return tuple(out)
+
+
+def _advice(field: InvalidField, step: str) -> str | None:
+    allowed = field.allowed_values if isinstance(field.allowed_values, Mapping) else {}
+    parts = []
+    enum = allowed.get("enum")
+    if isinstance(enum, list) and enum:
+        shown = ", ".join(str(v) for v in enum[:10]) + (", ..." if len(enum) > 10 else "")
+        parts.append(f"send one of {shown}")
+    bounds = (
+        ("minimum", "at least {}"),
+        ("maximum", "at most {}"),
+        ("minLength", "at least {} characters"),
+        ("maxLength", "at most {} characters"),
+        ("pattern", "matching {}"),
+        ("format", "a valid {}"),
+    )
+    if not parts:  # an enum says it all
+        said = (words.format(allowed[key]) for key, words in bounds if key in allowed)
+        parts.extend(part for part in said if part not in step)  # not what the reason says
+    if field.suggested_value is not None:
+        parts.append(f"suggested: {field.suggested_value!r}"[:120])
+    return ", ".join(parts)[:300] if parts else None
 
 
 def _wrong_place(envelope: Envelope) -> bool:
@@ -175,17 +212,20 @@ def _with_facts(
 
 
 def example_request(
-    spec: Spec, mount: Mount, operation: Operation, match: PathMatch | None, request: Request
+    spec: Spec, mount: Mount, operation: Operation, sent: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
     """A minimal valid request for ``operation``: required parameters and the body, from the
-    document's examples and defaults (built from the schema when it has none)."""
+    document's examples and defaults (built from the schema when it has none); a path parameter
+    the agent sent (and nothing says is wrong) is kept as sent."""
     document = spec.document
     path = operation.path
     query: dict[str, Any] = {}
     for param in operation.parameters:
         value = param.example if param.has_example else facts.example(param.schema, document)
         if param.location == "path":
-            path = path.replace("{" + param.name + "}", _path_value(value))
+            given = (sent or {}).get(param.name)
+            value = quote(given, safe="") if given else _path_value(value)
+            path = path.replace("{" + param.name + "}", value)
         elif param.location == "query" and param.required:
             query[param.name] = value
     body = None
@@ -326,7 +366,7 @@ def _redirect(
         "next_operation_args": params or None,
         "allowed_values": allowed,
         "suggested_value": next_operation,
-        "example_request": example_request(spec, mount, target, None, request),
+        "example_request": example_request(spec, mount, target, params),
     }
     if not envelope.retryable:  # a retry (a gateway's 404 during a deploy) stays a retry
         update["action"] = Action.CALL_OTHER_OPERATION

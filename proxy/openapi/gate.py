@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
-from yarl import URL
 
 from proxy.envelope import Envelope
 from proxy.exchange import NOT_JSON
@@ -38,8 +37,7 @@ class OpenAPIGate:
     def _mount(self, route: Route) -> Mount:
         mount = self._mounts.get(route.name)
         if mount is None:
-            base = URL(route.upstream).raw_path.rstrip("/")
-            mount = self._mounts[route.name] = Mount(route.prefix, route.strip_prefix, base)
+            mount = self._mounts[route.name] = Mount.of(route)
         return mount
 
     async def check(

@@ -10,9 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from yarl import URL
+
 from proxy.openapi.document import Document, load_document
 from proxy.openapi.operations import Operations, PathMatch, read_operations
 from proxy.openapi.validate import Checker
+from proxy.settings import Route
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +25,10 @@ class Mount:
     prefix: str
     strip_prefix: bool
     upstream_base: str  # "" or "/api": no trailing slash
+
+    @classmethod
+    def of(cls, route: Route) -> Mount:
+        return cls(route.prefix, route.strip_prefix, URL(route.upstream).raw_path.rstrip("/"))
 
     @property
     def agent_root(self) -> str:

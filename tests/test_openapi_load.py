@@ -176,3 +176,29 @@ def test_checker_accepts_the_document_examples() -> None:
     body = json.dumps(facts.example(operation.body.schema, spec.document)).encode()
     found = spec.checker.check(located.match, MultiDict(), CIMultiDict(), "application/json", body)
     assert found == []
+
+
+@pytest.mark.parametrize("name", ["shop-3.0.yaml", "shop-3.1.json"])
+def test_null_is_valid_where_the_document_allows_it(name: str) -> None:
+    """``nullable: true`` (3.0) and ``type: [string, "null"]`` (3.1) accept null, and only there:
+    the fast validator reads 3.0's ``nullable`` as the Python one does."""
+    spec = Spec.load(DATA / name)
+    located = spec.locate("POST", "/api/v1/orders", ROOT)
+    assert located is not None
+    match = located.match
+    assert match is not None
+    order = {
+        "customer": {"email": "a@example.com"},
+        "priority": "low",
+        "items": [{"sku": "ABC-1234", "qty": 1}],
+        "note": None,
+    }
+    headers: CIMultiDict[str] = CIMultiDict()
+
+    def check(document: object) -> list[str]:
+        body = json.dumps(document).encode()
+        found = spec.checker.check(match, MultiDict(), headers, "application/json", body)
+        return [v.pointer for v in found]
+
+    assert check(order) == []
+    assert check({**order, "priority": None}) == ["/priority"]

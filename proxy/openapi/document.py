@@ -8,7 +8,7 @@ followed: a document names no file or URL mend would read or fetch at load.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ BASE_URI = "urn:mend:openapi"
 MAX_REF_HOPS = 32
 #: Problems reported per document (a broken generated document can have thousands).
 _MAX_PROBLEMS = 20
+_MISSING: Any = object()
 #: Bytes of a document mend reads.
 MAX_DOCUMENT_BYTES = 16 << 20
 
@@ -36,15 +37,23 @@ class Document:
     data: Mapping[str, Any]
     version: str  # "3.0" or "3.1"
     registry: Registry[Any]
+    #: what each ``$ref`` names, found once (the document never changes; refs were all checked)
+    _targets: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def deref(self, schema: Any) -> Any:
         """``schema`` with its ``$ref`` chain followed (siblings of a 3.1 ``$ref`` dropped)."""
-        resolver = self.registry.resolver()
         for _ in range(MAX_REF_HOPS):
             if not isinstance(schema, Mapping) or not isinstance(schema.get("$ref"), str):
                 return schema
-            schema = resolver.lookup(BASE_URI + schema["$ref"]).contents
+            ref = schema["$ref"]
+            target = self._targets.get(ref, _MISSING)
+            if target is _MISSING:
+                target = self._targets[ref] = self._lookup(ref)
+            schema = target
         return {}
+
+    def _lookup(self, ref: str) -> Any:
+        return self.registry.resolver().lookup(BASE_URI + ref).contents
 
 
 def load_document(path: Path) -> Document:
@@ -129,5 +138,6 @@ def _line(path: tuple[Any, ...], lines: Lines) -> int:
 
 
 def _short(message: str, limit: int = 300) -> str:
-    message = " ".join(message.split())
+    # with jsonschema-rs installed the validator appends the schema path and the whole instance
+    message = " ".join(message.split()).split(" Failed validating ", 1)[0]
     return message if len(message) <= limit else message[: limit - 1] + "…"

@@ -217,15 +217,31 @@ def example_request(
     """A minimal valid request for ``operation``: required parameters and the body, from the
     document's examples and defaults (built from the schema when it has none); a path parameter
     the agent sent (and nothing says is wrong) is kept as sent."""
-    document = spec.document
+    key = (operation.method, operation.path)
+    example = spec.examples.get(key)
+    if example is None:  # built once per operation, on its first envelope
+        example = spec.examples[key] = _example(spec, operation)
+    path_values, query, body = example
     path = operation.path
+    for name, value in path_values.items():
+        given = (sent or {}).get(name)
+        path = path.replace("{" + name + "}", quote(given, safe="") if given else value)
+    return {
+        "method": operation.method,
+        "path": spec.agent_path(path, mount),
+        "query": dict(query),
+        "body": body,
+    }
+
+
+def _example(spec: Spec, operation: Operation) -> tuple[dict[str, str], dict[str, Any], Any]:
+    document = spec.document
+    path_values: dict[str, str] = {}
     query: dict[str, Any] = {}
     for param in operation.parameters:
         value = param.example if param.has_example else facts.example(param.schema, document)
         if param.location == "path":
-            given = (sent or {}).get(param.name)
-            value = quote(given, safe="") if given else _path_value(value)
-            path = path.replace("{" + param.name + "}", value)
+            path_values[param.name] = _path_value(value)
         elif param.location == "query" and param.required:
             query[param.name] = value
     body = None
@@ -235,12 +251,7 @@ def example_request(
             if operation.body.has_example
             else facts.example(operation.body.schema, document)
         )
-    return {
-        "method": operation.method,
-        "path": spec.agent_path(path, mount),
-        "query": query,
-        "body": body,
-    }
+    return path_values, query, body
 
 
 def _path_value(value: Any) -> str:

@@ -7,8 +7,9 @@ so every template an envelope names is one the agent can send to mend as is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from yarl import URL
 
@@ -53,6 +54,8 @@ class Spec:
     document: Document
     operations: Operations
     checker: Checker
+    #: each operation's example request parts, built on its first envelope (proxy/openapi/enrich)
+    examples: dict[tuple[str, str], Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def load(cls, path: Path) -> Spec:

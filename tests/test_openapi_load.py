@@ -202,3 +202,42 @@ def test_null_is_valid_where_the_document_allows_it(name: str) -> None:
 
     assert check(order) == []
     assert check({**order, "priority": None}) == ["/priority"]
+
+
+def test_patterns_run_in_linear_time(tmp_path: Path) -> None:
+    """A catastrophic pattern in the document (``^(a+)+$``) meets an agent's key and value built
+    to make ``re`` backtrack for hours: both validators match in linear time, and the violations
+    are still reported."""
+    document = {
+        "openapi": "3.1.0",
+        "info": {"title": "t", "version": "1"},
+        "paths": {
+            "/t": {
+                "post": {
+                    "requestBody": {
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "properties": {"v": {"type": "string", "pattern": "^(a+)+$"}},
+                                    "patternProperties": {"^(a+)+$": {"type": "integer"}},
+                                    "additionalProperties": False,
+                                }
+                            }
+                        }
+                    },
+                    "responses": {"200": {"description": "ok"}},
+                }
+            }
+        },
+    }
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    spec = Spec.load(path)
+    located = spec.locate("POST", "/t", ROOT)
+    assert located is not None
+    assert located.match is not None
+    evil = "a" * 40 + "!"
+    body = json.dumps({"v": evil, evil: 1, "aaaa": "x"}).encode()
+    found = spec.checker.check(located.match, MultiDict(), CIMultiDict(), "application/json", body)
+    assert {v.pointer for v in found} == {"/v", f"/{evil}", "/aaaa"}

@@ -30,6 +30,8 @@ from proxy.openapi.validate import Violation, echo
 
 #: Operations named in ``allowed_values.operations`` for an undocumented path.
 NEAREST = 3
+#: Templates compared with an undocumented path (a document may have thousands).
+_COMPARED = 500
 #: Characters of a path segment compared when looking for the nearest template.
 _SEGMENT_CHARS = 64
 #: Methods an agent probably meant instead of the one it sent.
@@ -391,7 +393,9 @@ def _nearest(spec: Spec, method: str, spec_path: str) -> list[tuple[str, Templat
     a template parameter fitting anything), then by method."""
     segments = [s[:_SEGMENT_CHARS] for s in split(spec_path)[:16]]
     scored: list[tuple[float, str, Template, dict[str, str]]] = []
-    for template in spec.operations.templates:
+    # templates of about the request's length, at most _COMPARED of them: a 404 must stay cheap
+    near = [t for t in spec.operations.templates if abs(len(t.literals) - len(segments)) <= 1]
+    for template in near[:_COMPARED]:
         score, params = _path_score(segments, template)
         for op_method in template.methods:
             bonus = 0.5 if op_method == method else 0.2 if op_method in _KIN.get(method, ()) else 0

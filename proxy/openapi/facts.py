@@ -134,7 +134,7 @@ def _nearest(enum: list[Any], received: Any) -> Any:
     if received in enum:
         return received
     if isinstance(received, str):
-        folded = received.casefold()
+        folded = received[:128].casefold()  # difflib is quadratic: the agent's string is cut
         for value in enum:
             if isinstance(value, str) and value.casefold() == folded:
                 return value

@@ -118,7 +118,12 @@ class Checker:
         else:
             base, self._formats = OAS31Validator, oas31_format_checker
             self._rs_cls, data = jsonschema_rs.Draft202012Validator, document.data
-        self._cls = extend(base, {"pattern": _linear_pattern})  # type: ignore[no-untyped-call]
+        keywords = {
+            "pattern": _linear_pattern,
+            "patternProperties": _linear_pattern_properties,
+            "additionalProperties": _linear_additional(base.VALIDATORS["additionalProperties"]),
+        }
+        self._cls = extend(base, keywords)  # type: ignore[no-untyped-call]
         self._rs_options = jsonschema_rs.RegexOptions()
         try:
             self._rs_registry: Any = jsonschema_rs.Registry([(BASE_URI, data)])
@@ -299,10 +304,16 @@ class Checker:
                     )
             return out
         if keyword == "additionalProperties" and isinstance(error.instance, Mapping):
-            known = sorted(facts.combined(schema, self.document).get("properties") or {})
+            resolved = facts.combined(schema, self.document)
+            known = sorted(resolved.get("properties") or {})
+            covered = [_re2(str(p)) for p in resolved.get("patternProperties") or ()]
             out = []
-            for name in error.instance:
-                if isinstance(name, str) and name not in known:
+            for name in list(error.instance)[:MAX_VIOLATIONS]:
+                if (
+                    isinstance(name, str)
+                    and name not in known
+                    and not any(c is not None and c.search(name) for c in covered)
+                ):
                     out.append(
                         Violation(
                             f"{pointer}/{_escape(name)}",
@@ -347,6 +358,45 @@ def _linear_pattern(
     compiled = _re2(pattern)
     if compiled is not None and compiled.search(instance) is None:
         yield ValidationError(f"does not match {pattern!r}")
+
+
+def _linear_pattern_properties(
+    validator: Any, patterns: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    """jsonschema's ``patternProperties``, its patterns matched by RE2 (the keys are the
+    agent's)."""
+    if not isinstance(instance, Mapping) or not isinstance(patterns, Mapping):
+        return
+    for pattern, subschema in patterns.items():
+        compiled = _re2(str(pattern))
+        for key, value in instance.items():
+            if compiled is not None and compiled.search(str(key)) is not None:
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _linear_additional(original: Any) -> Any:
+    """``additionalProperties`` as the dialect has it, except beside ``patternProperties``,
+    where the properties the patterns cover are found by RE2, not ``re``."""
+    from jsonschema.exceptions import ValidationError  # noqa: PLC0415
+
+    def keyword(validator: Any, extra: Any, instance: Any, schema: Any) -> Any:
+        patterns = schema.get("patternProperties") if isinstance(schema, Mapping) else None
+        if not patterns or not isinstance(instance, Mapping):
+            yield from original(validator, extra, instance, schema)
+            return
+        compiled = [c for c in (_re2(str(p)) for p in patterns) if c is not None]
+        known = schema.get("properties") or {}
+        extras = [
+            k for k in instance if k not in known and not any(c.search(str(k)) for c in compiled)
+        ]
+        if isinstance(extra, Mapping):
+            for key in extras:
+                yield from validator.descend(instance[key], extra, path=key)
+        elif extra is False and extras:
+            names = ", ".join(repr(k) for k in sorted(map(str, extras))[:20])
+            yield ValidationError(f"Additional properties are not allowed ({names} unexpected)")
+
+    return keyword
 
 
 def _nullable_as_type(node: Any, depth: int = 0) -> Any:
@@ -398,6 +448,12 @@ def echo(value: Any) -> Any:
     if isinstance(value, str):
         return value if len(value) <= _ECHO_CHARS else value[: _ECHO_CHARS - 1] + "…"
     if isinstance(value, Mapping | list):
+        # a small flat container only: a deep or long one is not echoed (nor measured)
+        items = value.values() if isinstance(value, Mapping) else value
+        if len(value) > 16 or any(
+            isinstance(v, Mapping | list) or (isinstance(v, str) and len(v) > 64) for v in items
+        ):
+            return None
         try:
             size = len(orjson.dumps(value))
         except (TypeError, orjson.JSONEncodeError):

@@ -171,7 +171,8 @@ class Proxy:
             # 0b. a route with validate_requests checks the request against its documented
             # operation; an invalid one ends here (the body read is forwarded as it came)
             sent = self._body(request, call) if request.body_exists else None
-            sent = await self.openapi.check(request, route, sent)
+            if route.validate_requests:
+                sent = await self.openapi.check(request, route, sent)
             # 1. forward
             with upstream_errors():
                 upstream = await self._forward(request, runtime, target, rid, sent)

@@ -36,6 +36,7 @@ from demo.legacy_api import create_legacy_app
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_RULES = Path(__file__).resolve().parent / "rules.yaml"
+DEMO_OPENAPI = Path(__file__).resolve().parent / "openapi.yaml"
 #: mend's per-route read timeout; the API's slow report takes longer so the timeout is visible.
 READ_TIMEOUT_S = 2.0
 SLOW_SECONDS = 3.0
@@ -64,6 +65,10 @@ SHOWCASES = (
     Showcase(
         "FastAPI 422: which field, and what to send instead",
         Call("POST", "/api/orders", {"sku": "WIDGET-1", "qty": -1}),
+    ),
+    Showcase(
+        "DRF 400: the API says the choice is invalid; its OpenAPI document says which are valid",
+        Call("POST", "/api/drf/orders", {"sku": "widget-1", "quantity": 1}),
     ),
     Showcase("nginx 503: an HTML page from the load balancer", Call("GET", "/api/catalog")),
     Showcase(
@@ -112,6 +117,7 @@ def write_config(directory: Path, *, api_url: str, listen: str, admin_listen: st
                 "prefix": "/",
                 "upstream": api_url,
                 "rules": [str(DEMO_RULES)],
+                "openapi": str(DEMO_OPENAPI),
                 "rendering": "json",
                 "status": "upstream",
                 "connect_timeout": 5,

@@ -51,6 +51,7 @@ from proxy.forward import upstream_request_headers
 from proxy.generation import Generation, RouteRuntime, unverified
 from proxy.logs import make_logger
 from proxy.metrics import Metrics, RepeatTracker
+from proxy.openapi.gate import OpenAPIGate
 from proxy.passthrough import PassedResponse, PassedStream, passthrough_headers
 from proxy.protocols.base import Call, Inspection, Protocol, ProtocolName, Rendered
 from proxy.protocols.detect import Detector, default_protocols
@@ -100,6 +101,8 @@ class Proxy:
         self._closing: set[asyncio.Future[None]] = set()
         self.negotiator = Negotiator()
         self.repeats = RepeatTracker()
+        #: OpenAPI documents: requests checked before forwarding, envelopes enriched
+        self.openapi = OpenAPIGate(lambda request: request[_GEN].loaded)
         #: WebSocket sessions being relayed, ended first when mend shuts down
         self.tunnels: set[Tunnel] = set()
         self.stopping = False
@@ -159,9 +162,14 @@ class Proxy:
             # 0. protocol: what the agent speaks, from its headers; a JSON body is kept on the side
             call = self.detector.call(request, route.protocol)
             self._check_request_size(request)
+            # 0b. a route with validate_requests checks the request against its documented
+            # operation; an invalid one ends here (the body read is forwarded as it came)
+            sent = self._body(request, call) if request.body_exists else None
+            if route.validate_requests:
+                sent = await self.openapi.check(request, route, sent)
             # 1. forward
             with upstream_errors():
-                upstream = await self._forward(request, runtime, target, rid, call)
+                upstream = await self._forward(request, runtime, target, rid, sent)
             upstream_s = time.perf_counter() - started
             self.metrics.for_route(route_name).upstream_duration.observe(upstream_s)
         except ProxyFailure as failure:
@@ -308,7 +316,7 @@ class Proxy:
         runtime: RouteRuntime,
         target: str,
         rid: str,
-        call: Call | None,
+        body: AsyncIterator[bytes] | None,
     ) -> aiohttp.ClientResponse:
         route = runtime.route
         headers = upstream_request_headers(
@@ -325,7 +333,7 @@ class Proxy:
             request.method,
             runtime.origin.url(target),
             headers=headers,
-            data=self._body(request, call) if request.body_exists else None,
+            data=body,
             allow_redirects=False,
             timeout=runtime.timeout,
         )
@@ -610,7 +618,14 @@ class Proxy:
             self._count(request, exchange, evaluation, answered.protocol)
         status = exchange.status or 502
         return self._reply(
-            request, route, answered.evaluations, upstream, status, answered.rendered
+            request,
+            route,
+            answered.evaluations,
+            upstream,
+            status,
+            answered.rendered,
+            exchange,
+            call,
         )
 
     def _envelope_response(
@@ -626,7 +641,7 @@ class Proxy:
         evaluation = rewrite(match, exchange, redactor, self._options(request))
         self._count(request, exchange, evaluation, None)
         http_status = status or exchange.status or 502
-        return self._reply(request, route, [evaluation], upstream, http_status, None)
+        return self._reply(request, route, [evaluation], upstream, http_status, None, exchange)
 
     def _count(
         self,
@@ -658,11 +673,17 @@ class Proxy:
         upstream: aiohttp.ClientResponse | None,
         status: int,
         rendered: Rendered | None,
+        exchange: Exchange | None = None,
+        call: Call | None = None,
     ) -> tuple[web.Response, Envelope]:
         """The response carrying the envelopes: ``rendered`` in the agent's protocol, else the
         first envelope in the rendering ``Accept`` (or the route) asks for; with the headers
-        every envelope gets (CONTRACT §3)."""
+        every envelope gets (CONTRACT §3), and what the route's OpenAPI document adds."""
         envelope = evaluations[0].envelope
+        if rendered is None:
+            document = exchange.json if exchange is not None and exchange.is_json else None
+            sent = call.document() if call is not None else NOT_JSON  # the JSON body kept aside
+            envelope = self.openapi.enrich(request, route, envelope, document, sent)
         http_status = status
         if route is not None and route.status == 200 and http_status >= 400:
             http_status = 200
@@ -722,8 +743,9 @@ class Proxy:
         if call is not None:
             await self._read_rest(request, call)
         response, envelope = self._failure(request, exchange, runtime, failure, call)
+        outcome = getattr(failure, "outcome", "proxy_failure")  # "rejected": proxy/openapi
         return await self._finish(
-            request, exchange, response, started, upstream_s, "proxy_failure", envelope, failure
+            request, exchange, response, started, upstream_s, outcome, envelope, failure
         )
 
     async def _read_rest(self, request: web.BaseRequest, call: Call) -> None:

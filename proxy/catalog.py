@@ -27,6 +27,7 @@ from aiohttp import web
 from proxy.build import BuildOptions
 from proxy.envelope import Envelope
 from proxy.evaluate import agent_redactor, recorded_exchange, rewrite
+from proxy.openapi.codes import OperationCodes
 from proxy.ruleset import ERROR_STATUSES, Match, Rule
 from proxy.settings import Settings
 
@@ -165,6 +166,8 @@ class Catalog:
         # engine and its entries in one value: two builders can never leave them mismatched
         self._built: tuple[Any, dict[str, dict[str, Any]]] | None = None
         self._building = threading.Lock()
+        #: per documented operation, the codes it can produce (routes with ``openapi:``)
+        self.operations = OperationCodes(store)
 
     def entries(self, wait: bool = True) -> dict[str, dict[str, Any]]:
         """The entries of the engine in force; with ``wait=False``, the previous ones while
@@ -198,6 +201,7 @@ class Catalog:
         if ok:
             with contextlib.suppress(Exception):
                 self.entries()
+                self.operations.get()
 
 
 # --- rendering ----------------------------------------------------------------------------------
@@ -287,6 +291,10 @@ def entry_html(entry: dict[str, Any], catalog: dict[str, dict[str, Any]]) -> str
     )
     steps = "".join(f"<li>{_e(s)}</li>" for s in repair["steps"])
     related = ", ".join(_link(c, catalog) for c in entry["related_codes"]) or "none"
+    operations = "".join(
+        f"<li><code>{_e(o['method'])} {_e(o['path'])}</code> ({_e(o['id'])})</li>"
+        for o in entry.get("operations", ())
+    )
     rules = "".join(
         f"<tr><td><code>{_e(r['id'])}</code></td><td>{_e(r['source'])}</td>"
         f"<td>{_e(r['statuses'] or 'none (mend itself)')}</td><td>{_e(r['description'])}</td></tr>"
@@ -318,10 +326,15 @@ def entry_html(entry: dict[str, Any], catalog: dict[str, dict[str, Any]]) -> str
         f"<p>Hint: {_e(repair['hint'])}</p><ol>{steps}</ol>"
         f"<h2>Example payload</h2>{example}{upstream_html}"
         f"<h2>Related codes</h2><p>{related}</p>"
-        "<h2>Produced by</h2><table><tr><th>rule</th><th>source</th><th>statuses</th>"
+        + (f"<h2>Documented operations</h2><ul>{operations}</ul>" if operations else "")
+        + "<h2>Produced by</h2><table><tr><th>rule</th><th>source</th><th>statuses</th>"
         f"<th>description</th></tr>{rules}</table>"
     )
     return _page(code, body)
+
+
+def _produces(codes: dict[str, list[str]], code: str) -> bool:
+    return any(code in listed for listed in codes.values())
 
 
 _PAGE_METHODS = frozenset({"GET", "HEAD"})
@@ -338,10 +351,10 @@ def catalog_pages(catalog: Catalog) -> CatalogPages:
         found = catalog.entries(wait=False)
         if as_html:
             return web.Response(text=index_html(found), content_type="text/html")
-        return web.Response(
-            body=orjson.dumps({"errors": sorted(found.values(), key=lambda e: e["code"])}),
-            content_type="application/json",
-        )
+        errors = sorted(found.values(), key=lambda e: e["code"])
+        operations = catalog.operations.get()
+        document = {"errors": errors, **({"operations": operations} if operations else {})}
+        return web.Response(body=orjson.dumps(document), content_type="application/json")
 
     def one(code: str, as_html: bool) -> web.Response:
         found = catalog.entries(wait=False)
@@ -355,6 +368,11 @@ def catalog_pages(catalog: Catalog) -> CatalogPages:
                 body=orjson.dumps({"error": f"no code {code[:64]!r} in the catalog"}),
                 content_type="application/json",
             )
+        operations = [
+            o["operation"] for o in catalog.operations.get() if _produces(o["codes"], code)
+        ]
+        if operations:
+            entry = {**entry, "operations": operations}
         if as_html:
             return web.Response(text=entry_html(entry, found), content_type="text/html")
         return web.Response(body=orjson.dumps(entry), content_type="application/json")

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import orjson
 from pydantic import ValidationError
@@ -17,16 +18,22 @@ try:  # optional: a faster event loop where it is installed (the `speed` extra)
 except ImportError:  # pragma: no cover - exercised only where uvloop is absent
     uvloop = None  # type: ignore[assignment]
 
-from proxy import __version__, ruletest
+from multidict import CIMultiDict, MultiDict
+
+from proxy import __version__, nesting, ruletest
 from proxy import explain as explaining
 from proxy.engine import Engine
+from proxy.exchange import NOT_JSON
+from proxy.openapi import report as openapi_report
+from proxy.openapi.enrich import Request as EnrichRequest
+from proxy.openapi.spec import Mount, Spec
 from proxy.protocols.base import ProtocolName
 from proxy.redaction import explain as redaction_explain
 from proxy.redaction.sets import build_set, load_shipped
 from proxy.rulefile import RuleError, load_rules, rule_files
 from proxy.ruleset import RuleSet
 from proxy.server import EarlyHangups, serve
-from proxy.settings import PACKAGED_RULES, ConfigSource, Settings, load_settings
+from proxy.settings import PACKAGED_RULES, ConfigSource, Route, Settings, load_settings
 from proxy.tls import TLSFileError, check_files
 from proxy.workers import run_workers
 
@@ -68,6 +75,7 @@ def _settings_from_args(args: argparse.Namespace) -> tuple[Settings, ConfigSourc
                         "success_rules": args.success_rules or [],
                         **({"protocol": args.protocol} if args.protocol else {}),
                         **({"tls": upstream_tls} if upstream_tls else {}),
+                        **_openapi_flags(args),
                         **({"read_timeout": args.read_timeout} if args.read_timeout else {}),
                         **(
                             {"connect_timeout": args.connect_timeout}
@@ -88,6 +96,16 @@ def _settings_from_args(args: argparse.Namespace) -> tuple[Settings, ConfigSourc
     return settings, None
 
 
+def _openapi_flags(args: argparse.Namespace) -> dict[str, object]:
+    """``--openapi`` and ``--validate-requests`` as the single route's settings."""
+    out: dict[str, object] = {}
+    if getattr(args, "openapi", None):
+        out["openapi"] = args.openapi
+    if getattr(args, "validate_requests", False):
+        out["validate_requests"] = True
+    return out
+
+
 class StartupError(Exception):
     """A problem with ``mend run``'s flags or environment, said in one line each."""
 
@@ -105,6 +123,8 @@ _FLAGS = {
     "connect_timeout": "--connect-timeout",
     "workers": "--workers",
     "rules": "--rules",
+    "openapi": "--openapi",
+    "validate_requests": "--validate-requests",
 }
 
 
@@ -219,6 +239,8 @@ def _config(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    if args.openapi:
+        return _check_openapi(Path(args.openapi))
     paths = [Path(p) for p in args.paths] or [PACKAGED_RULES]
     try:
         if args.config:
@@ -237,6 +259,17 @@ def _check(args: argparse.Namespace) -> int:
         return 1
     print(f"ok: {len(rules)} rules in {len(files)} files")
     return _coverage(args, None, None) if args.coverage else 0
+
+
+def _check_openapi(path: Path) -> int:
+    """``check --openapi FILE``: the document validated, and the operations mend recognises."""
+    try:
+        spec = Spec.load(path)
+    except RuleError as exc:
+        print("\n".join(exc.problems), file=sys.stderr)
+        return 1
+    print("\n".join(openapi_report.operation_lines(spec)))
+    return 0
 
 
 def _coverage(args: argparse.Namespace, settings: Settings | None, engine: Engine | None) -> int:
@@ -325,11 +358,43 @@ def _explain(args: argparse.Namespace) -> int:
     result = explaining.explain(
         engine, route.name, exchange, explaining.build_options(settings), request_body
     )
+    spec = engine.specs.get(route.name)
+    used = _explain_openapi(args, spec, route, result, request_body) if spec else None
     if args.json:
-        print(orjson.dumps(explaining.as_json(result, show_all=args.all)).decode())
+        document = explaining.as_json(result, show_all=args.all)
+        print(orjson.dumps({**document, **({"openapi": used} if used else {})}).decode())
     else:
         print(explaining.as_text(result, show_all=args.all))
+        if used:
+            print("\nopenapi:\n" + orjson.dumps(used, option=orjson.OPT_INDENT_2).decode())
     return 0
+
+
+def _explain_openapi(
+    args: argparse.Namespace,
+    spec: Spec,
+    route: Route,
+    result: explaining.Explanation,
+    request_body: explaining.RequestBody,
+) -> dict[str, Any]:
+    """The route's document applied to the explained envelope (in place), and what it used."""
+    sent = nesting.loads(request_body.body) if request_body.body else NOT_JSON
+    request = EnrichRequest(
+        method=args.method.upper(),
+        path=args.path.partition("?")[0],
+        query=MultiDict(parse_qsl(args.query or "", keep_blank_values=True)),
+        headers=CIMultiDict(explaining.parse_header(h) for h in args.request_header or ()),
+        response_json=result.exchange.json if result.exchange.is_json else None,
+        request_json=sent,
+    )
+    mount = Mount.of(route)
+    evaluation = result.evaluation
+    envelope, used = openapi_report.explained(
+        spec, mount, request, evaluation.envelope if evaluation else None
+    )
+    if evaluation is not None and envelope is not None and result.protocol == "http":
+        evaluation.envelope = envelope
+    return used
 
 
 def _explain_redaction(args: argparse.Namespace) -> int:
@@ -409,6 +474,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--connect-timeout", type=float, help="seconds (with --upstream; default 5)")
     run.add_argument(
+        "--openapi",
+        metavar="FILE",
+        help="the upstream's OpenAPI 3.0/3.1 document (with --upstream)",
+    )
+    run.add_argument(
+        "--validate-requests",
+        action="store_true",
+        help="refuse requests the --openapi document calls invalid, before the upstream",
+    )
+    run.add_argument(
         "--workers", type=int, help="processes sharing the agent port (SO_REUSEPORT); default 1"
     )
     run.add_argument("--no-default-packs", action="store_true", help="do not load rules/ packs")
@@ -445,6 +520,9 @@ def _parser() -> argparse.ArgumentParser:
         "STATUS-NAME.EXT (503-nginx.html; FILE.meta.yaml may give status, headers, request)",
     )
     check.add_argument("--route", help="with --config: the route whose rules to use")
+    check.add_argument(
+        "--openapi", metavar="FILE", help="validate an OpenAPI document and list its operations"
+    )
     check.add_argument(
         "--no-default-packs", action="store_true", help="with --coverage: only PATHS' rules"
     )

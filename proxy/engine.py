@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from proxy.openapi.spec import Spec
 from proxy.redaction import Redactor
 from proxy.redaction.config import RedactionSettings
 from proxy.redaction.detectors import LoadedDetector
@@ -67,6 +68,24 @@ def _redactors(settings: Settings, problems: list[str]) -> tuple[dict[str, Redac
     return routes, default
 
 
+def _specs(settings: Settings, problems: list[str]) -> dict[str, Spec]:
+    """Each route's OpenAPI document, loaded and compiled (once per file); problems go to
+    ``problems``, so a bad document fails the whole load, as a bad rule file does."""
+    loaded: dict[Path, Spec] = {}
+    out: dict[str, Spec] = {}
+    for route in settings.routes:
+        if route.openapi is None:
+            continue
+        try:
+            if route.openapi not in loaded:
+                loaded[route.openapi] = Spec.load(route.openapi)
+        except RuleError as exc:
+            problems.extend(p for p in exc.problems if p not in problems)
+            continue
+        out[route.name] = loaded[route.openapi]
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Engine:
     routes: dict[str, RuleSet]
@@ -76,6 +95,8 @@ class Engine:
     redactors: dict[str, Redactor] = field(default_factory=dict)
     #: the redactor of requests no route serves (refused before one is chosen)
     redactor: Redactor = field(default_factory=lambda: Redactor(neutral=""))
+    #: each route's OpenAPI document, for the routes that have one (``proxy/openapi/``)
+    specs: dict[str, Spec] = field(default_factory=dict)
 
     @classmethod
     def load(cls, settings: Settings) -> Engine:
@@ -108,10 +129,12 @@ class Engine:
                 [*compile_all(own_rules), *shared_rules, *tail], route.success_rules
             )
         redactors, default = _redactors(settings, problems)
+        specs = _specs(settings, problems)
         if problems:
             raise RuleError(problems)
         own = {r.spec.id: Rule.compile(r) for r in _builtin(OWN_ERRORS)}
-        return cls(routes, own, tuple(compiled.values()) + tuple(own.values()), redactors, default)
+        every = tuple(compiled.values()) + tuple(own.values())
+        return cls(routes, own, every, redactors, default, specs)
 
     def redactor_for(self, route: str | None) -> Redactor:
         """The redactor of the route named ``route`` (the top-level one for any other name)."""

@@ -53,6 +53,12 @@ class InvalidField(BaseModel):
     reason: str
     received: Any = None
     allowed_values: Any = None
+    #: a value inside allowed_values, near what was sent (an OpenAPI document's, CONTRACT §8)
+    suggested_value: Any = None
+    #: where the field is: body, query, path or header (known from an OpenAPI document)
+    location: str | None = None
+    #: false: the route's OpenAPI document does not know this field; None: no document
+    documented: bool | None = None
 
 
 class Envelope(BaseModel):
@@ -80,6 +86,10 @@ class Envelope(BaseModel):
     request_id: str
     upstream_status: int | None
     rule: str
+    #: ``{id, method, path}`` of the documented operation, and a minimal valid request for it
+    #: (``{method, path, query, body}``), when the route has an OpenAPI document (CONTRACT §8)
+    operation: dict[str, str] | None = None
+    example_request: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _retry_invariants(self) -> Envelope:

@@ -44,6 +44,7 @@ class RouteMetrics:
     proxy_failure: Counter
     websocket: Counter
     client_closed: Counter  # the agent hung up before its answer (nginx logs 499)
+    rejected: Counter  # refused by OpenAPI validation before the upstream (proxy/openapi/)
     request_duration: Histogram
     upstream_duration: Histogram
     rewrite_duration: Histogram
@@ -184,6 +185,7 @@ class Metrics:
                 proxy_failure=self.requests.labels(route, "proxy_failure"),
                 websocket=self.requests.labels(route, "websocket"),
                 client_closed=self.requests.labels(route, "client_closed"),
+                rejected=self.requests.labels(route, "rejected"),
                 request_duration=self.request_duration.labels(route),
                 upstream_duration=self.upstream_duration.labels(route),
                 rewrite_duration=self.rewrite_duration.labels(route),

@@ -117,6 +117,12 @@ class Route(_Model):
     health_check: HealthCheck | None = None
     #: this route's redaction additions, on top of the top-level ``redaction:`` ones
     redaction: RedactionSettings = RedactionSettings()
+    #: the upstream's OpenAPI document (3.0 or 3.1, YAML or JSON): operations, allowed values,
+    #: example requests and next operations in envelopes (proxy/openapi/); reloaded with the rules
+    openapi: Path | None = None
+    #: check each request against its documented operation; an invalid one gets VALIDATION_FAILED
+    #: with every violation and never reaches the upstream (needs ``openapi``)
+    validate_requests: bool = False
 
     @field_validator("prefix")
     @classmethod
@@ -137,6 +143,14 @@ class Route(_Model):
     def _tls_needs_https(self) -> Route:
         if self.tls is not None and not self.upstream.lower().startswith("https://"):
             raise ValueError(f"TLS settings apply to an https:// upstream, not {self.upstream!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _validation_needs_document(self) -> Route:
+        if self.validate_requests and self.openapi is None:
+            raise ValueError(
+                "validate_requests: true needs openapi: FILE (the document to check by)"
+            )
         return self
 
 
@@ -280,6 +294,8 @@ def load_settings(path: Path, overrides: dict[str, object] | None = None) -> Set
     for route in data.get("routes") or []:
         if isinstance(route, dict):
             route["rules"] = [str(base / p) for p in route.get("rules") or []]
+            if isinstance(route.get("openapi"), str) and route["openapi"]:
+                route["openapi"] = str(base / route["openapi"])
     _relative_detector_files(data, base)
     try:
         return Settings.model_validate(data)

@@ -90,6 +90,8 @@ def watched_paths(settings: Settings, config: Path | None = None) -> list[Path]:
             paths.extend(
                 p for p in (route.tls.ca_file, route.tls.cert_file, route.tls.key_file) if p
             )
+        if route.openapi is not None:
+            paths.append(route.openapi)
     for tls_file in (
         settings.tls_cert,
         settings.tls_key,

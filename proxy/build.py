@@ -244,8 +244,11 @@ def upstream_message(exchange: Exchange) -> str | None:
     """The upstream's own one-line description of the error, found without a rule."""
     if exchange.is_json:
         message = _message_from_json(exchange.json)
-        if message is None and (found := detail.structured(exchange.json)) is not None:
-            message = detail.summary(found)  # {"detail": {"code": "item_locked", ...}}
+        if (message is None or detail.is_token(message)) and (
+            found := detail.structured(exchange.json, exchange.status)
+        ) is not None:
+            # {"detail": {"error": "item_locked", "lock_holder": ...}}: not just "item_locked"
+            message = detail.summary(found) or message
     elif "html" in exchange.content_type or exchange.text.lstrip()[:1] == "<":
         message = detail.html_description(exchange.text, exchange.status)
         if message is None:
@@ -358,7 +361,7 @@ def _upstream_detail(spec: EnvelopeSpec, exchange: Exchange, scrub: Scrub) -> An
     """The upstream's small structured detail, redacted, for rules that keep it (fallbacks)."""
     if not spec.upstream_detail or not exchange.is_json:
         return None
-    found = detail.structured(exchange.json)
+    found = detail.structured(exchange.json, exchange.status)
     return None if found is None else scrub_value(found, scrub)
 
 

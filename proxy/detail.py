@@ -31,7 +31,9 @@ _INTERNAL = linear(
     r"file|filename|line|lineno|sql|query|debug|cause|internal|innererror|inner_error)$"
 )
 #: Members that name the error; the summary leads with the first one present.
-_LEADS = ("code", "error_code", "errorCode", "type", "reason", "status_text")
+_LEADS = ("code", "error", "error_code", "errorCode", "type", "reason", "status_text")
+#: A message that is only an identifier ("item_locked", "E_LOCKED"), not a sentence.
+_TOKEN = linear(r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")
 #: Members every error body has: a detail of only these says nothing the message does not.
 _PLAIN = frozenset(
     {
@@ -53,6 +55,7 @@ _PLAIN = frozenset(
         "requestId",
         "success",
         "ok",
+        "name",
     }
 )
 #: Where frameworks put a structured detail: FastAPI ``detail``, many ``error``, else the body.
@@ -73,9 +76,10 @@ def _container(document: Any) -> dict[str, Any] | None:
     return document
 
 
-def structured(document: Any) -> dict[str, Any] | None:
+def structured(document: Any, status: int | None = None) -> dict[str, Any] | None:
     """The small scalar members of the body's detail object, capped; ``None`` when there are
-    none beyond a lone message (the message carries that already)."""
+    none beyond a lone message (the message carries that already). A number equal to the HTTP
+    ``status`` (``"code": 401``) says nothing the envelope does not."""
     container = _container(document)
     if container is None:
         return None
@@ -88,7 +92,9 @@ def structured(document: Any) -> dict[str, Any] | None:
         if isinstance(value, str):
             if not value.strip() or len(value) > MAX_STRING:
                 continue
-        elif not (value is None or isinstance(value, bool | int | float)):
+        elif not (value is None or isinstance(value, bool | int | float)) or (
+            value == status and not isinstance(value, bool)
+        ):
             continue
         kept[key] = value
     while kept and len(orjson.dumps(kept)) > MAX_BYTES:
@@ -96,6 +102,11 @@ def structured(document: Any) -> dict[str, Any] | None:
     if not kept or set(kept) <= _PLAIN:
         return None
     return kept
+
+
+def is_token(message: str) -> bool:
+    """Whether ``message`` is a bare identifier rather than a sentence."""
+    return _TOKEN.search(message) is not None
 
 
 def summary(detail: dict[str, Any]) -> str | None:

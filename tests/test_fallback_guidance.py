@@ -111,3 +111,23 @@ def test_plain_bodies_keep_no_detail() -> None:
     assert result is not None
     assert result.envelope.upstream_detail is None
     assert result.envelope.message == "Order is paid"
+
+
+def test_a_bare_error_token_gets_its_companions() -> None:
+    """``{"detail": {"error": "item_locked", ...}}`` (the form tests/frameworks recorded from
+    FastAPI) says more than "item_locked": the other members join the message."""
+    detail = {"error": "item_locked", "lock_holder": "job-7", "unlock_at": "in 5 minutes"}
+    result = _run({"status": 409, "json": {"detail": detail}})
+    assert result is not None
+    assert result.envelope.message == "item_locked (lock_holder: job-7, unlock_at: in 5 minutes)"
+    assert result.envelope.upstream_detail == detail
+
+
+def test_a_sentence_with_only_the_status_keeps_no_detail() -> None:
+    """Flask's JSON error handler ``{"code": 401, "name": ..., "description": ...}``: the
+    description is the message; a code equal to the status and the name add nothing."""
+    body = {"code": 401, "name": "Unauthorized", "description": "Bad credentials"}
+    result = _run({"status": 401, "json": body})
+    assert result is not None
+    assert result.envelope.message == "Bad credentials"
+    assert result.envelope.upstream_detail is None

@@ -1,9 +1,11 @@
-"""The admin listener: metrics, health, readiness and reload; never exposed to agents."""
+"""The admin listener: metrics, health, readiness, reload and the rules in force (``/rules``,
+with each rule's ``file:line``); never exposed to agents."""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+from collections.abc import Iterable
 
 import orjson
 from aiohttp import web
@@ -16,6 +18,7 @@ from proxy.engine import RuleStore
 from proxy.health import HealthChecks
 from proxy.logs import make_logger
 from proxy.rulefile import RuleError
+from proxy.ruleset import Rule
 from proxy.watch import reload_rules
 
 
@@ -45,8 +48,29 @@ def bearer_guard(token: str) -> Middleware:
     return guard
 
 
+def rules_listing(rules: Iterable[Rule]) -> list[dict[str, object]]:
+    """Every rule in force, in order, with its ``file:line``: the operator's view of what the
+    agent port's catalog lists by id only."""
+    return [
+        {
+            "id": rule.id,
+            "pack": rule.pack,
+            "source": rule.source,
+            "code": rule.envelope.spec.code,
+            "category": rule.envelope.spec.category.value,
+            "description": rule.description,
+        }
+        for rule in rules
+    ]
+
+
 def admin_application(
-    registry: CollectorRegistry, *, readyz: Handler, reload: Handler, token: str | None = None
+    registry: CollectorRegistry,
+    *,
+    readyz: Handler,
+    reload: Handler,
+    token: str | None = None,
+    rules: Handler | None = None,
 ) -> web.Application:
     """The admin port's routes.
 
@@ -59,6 +83,8 @@ def admin_application(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_post("/-/reload", reload)
+    if rules is not None:
+        app.router.add_get("/rules", rules)
     return app
 
 
@@ -93,4 +119,7 @@ def create_admin_app(
             )
         return web.json_response({"status": "reloaded", "rules": engine.rule_count})
 
-    return admin_application(registry, readyz=readyz, reload=reload, token=token)
+    async def rules(_: web.Request) -> web.Response:
+        return web.json_response({"rules": rules_listing(store.engine.rules)})
+
+    return admin_application(registry, readyz=readyz, reload=reload, token=token, rules=rules)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy import constraints
+from proxy import constraints, detail
 from proxy.envelope import Action, Category, Envelope, InvalidField, Severity
 from proxy.exchange import Exchange
 from proxy.pointer import to_pointer
@@ -244,9 +244,16 @@ def upstream_message(exchange: Exchange) -> str | None:
     """The upstream's own one-line description of the error, found without a rule."""
     if exchange.is_json:
         message = _message_from_json(exchange.json)
+        if (message is None or detail.is_token(message)) and (
+            found := detail.structured(exchange.json, exchange.status)
+        ) is not None:
+            # {"detail": {"error": "item_locked", "lock_holder": ...}}: not just "item_locked"
+            message = detail.summary(found) or message
     elif "html" in exchange.content_type or exchange.text.lstrip()[:1] == "<":
-        match = _HTML_TITLE.search(exchange.text)
-        message = match.group(1) if match else None
+        message = detail.html_description(exchange.text, exchange.status)
+        if message is None:
+            match = _HTML_TITLE.search(exchange.text)
+            message = match.group(1) if match else None
     else:
         message = exchange.text.strip().split("\n", 1)[0] if exchange.text.strip() else None
     return _single_line(message) if message else None
@@ -342,11 +349,20 @@ def build(
         next_operation=next_operation,
         next_operation_args=render(compiled.next_operation_args),
         related_codes=tuple(spec.related_codes),
+        upstream_detail=_upstream_detail(spec, exchange, scrub),
         docs_url=f"{options.docs_base_url}/_mend/errors/{spec.code}",
         request_id=exchange.request_id,
         upstream_status=exchange.status,
         rule=rule_id,
     )
+
+
+def _upstream_detail(spec: EnvelopeSpec, exchange: Exchange, scrub: Scrub) -> Any:
+    """The upstream's small structured detail, redacted, for rules that keep it (fallbacks)."""
+    if not spec.upstream_detail or not exchange.is_json:
+        return None
+    found = detail.structured(exchange.json, exchange.status)
+    return None if found is None else scrub_value(found, scrub)
 
 
 def _int(value: Any) -> int | None:
@@ -461,7 +477,7 @@ def _default_steps(
     if action is Action.FIX_REQUEST:
         fixes = [f"Change {f.field}: {f.reason.rstrip('.')}." for f in invalid]
         return [
-            *(fixes or ["Correct the request as the message says."]),
+            *(fixes or ["Change the request as the message says."]),
             f"Send {operation} again.",
         ]
     if action is Action.CALL_OTHER_OPERATION:
@@ -472,5 +488,5 @@ def _default_steps(
     if action is Action.REAUTHENTICATE:
         return ["Obtain a new access token or credentials.", f"Send {operation} again with them."]
     if action is Action.ESCALATE:
-        return [f"Stop: do not retry {operation}.", "Tell the user what failed and what is needed."]
+        return [f"Do not retry {operation}.", "Tell the user what failed and what is needed."]
     return [f"Do not retry {operation} unchanged.", "Report the error with its request_id."]

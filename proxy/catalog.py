@@ -16,8 +16,7 @@ from __future__ import annotations
 import contextlib
 import html
 import threading
-from collections.abc import Awaitable, Callable, Iterable
-from pathlib import PurePath
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 from urllib.parse import quote
 
@@ -25,6 +24,7 @@ import orjson
 from aiohttp import web
 
 from proxy.build import BuildOptions
+from proxy.codes import CodeDoc, load_codes
 from proxy.envelope import Envelope
 from proxy.evaluate import agent_redactor, recorded_exchange, rewrite
 from proxy.openapi.codes import OperationCodes
@@ -85,59 +85,78 @@ def _literal(value: Any) -> str | None:
 
 
 def entries(
-    rules: Iterable[Rule], own: Iterable[str] = (), docs_base_url: str = ""
+    rules: Iterable[Rule],
+    own: Iterable[str] = (),
+    docs_base_url: str = "",
+    codes: Mapping[str, CodeDoc] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """One entry per code, in rule order; the first rule that produces a code describes it."""
+    """One entry per code, in order of its first rule.
+
+    A code described in ``codes`` (proxy/codes.yaml: the shared ones) takes its summary, cause
+    and fix from there and its example from its ``example_rule``; any other code is described
+    by its first rule. Then every rule that produces the code is listed -- by id, never by
+    source file and line, which are the operator's (``mend explain``, the admin port's
+    ``/rules``).
+    """
     own_ids = set(own)
-    out: dict[str, dict[str, Any]] = {}
+    described = codes or {}
+    by_code: dict[str, list[Rule]] = {}
     for rule in rules:
-        env = rule.envelope
-        code = env.spec.code
-        entry = out.get(code)
-        if entry is None:
-            docs = rule.docs
-            example = example_envelope(rule, own=rule.id in own_ids, docs_base_url=docs_base_url)
-            entry = out[code] = {
-                "code": code,
-                "summary": rule.description or _literal(env.message),
-                "category": env.spec.category.value,
-                "severity": env.severity.value,
-                "retryable": env.action.value == "retry",
-                "action": env.action.value,
-                "cause": (docs.cause if docs else None) or rule.description,
-                "repair": {
-                    "fix": (docs.fix if docs else None) or _literal(env.hint),
-                    "hint": example.hint if example else _literal(env.hint),
-                    "steps": list(example.steps) if example else [],
-                },
-                "example": None if example is None else {"error": example.as_dict()},
-                "example_upstream_body": docs.example if docs else None,
-                "related_codes": [],
-                "stability": docs.stability if docs else "stable",
-                "generic": True,
-                "docs_url": f"{docs_base_url}{BASE}/{code}",
-                "rules": [],
-            }
-        for related in env.spec.related_codes:
-            if related not in entry["related_codes"]:
-                entry["related_codes"].append(related)
-        entry["generic"] = entry["generic"] and rule.is_fallback
-        entry["rules"].append(
+        by_code.setdefault(rule.envelope.spec.code, []).append(rule)
+    return {
+        code: _entry(code, produced, described.get(code), own_ids, docs_base_url)
+        for code, produced in by_code.items()
+    }
+
+
+def _example_rule(produced: list[Rule], doc: CodeDoc | None) -> Rule:
+    named = doc.example_rule if doc else None
+    for rule in produced:
+        if rule.id == named:
+            return rule
+    return next((r for r in produced if r.docs and r.docs.example is not None), produced[0])
+
+
+def _entry(
+    code: str, produced: list[Rule], doc: CodeDoc | None, own_ids: set[str], docs_base_url: str
+) -> dict[str, Any]:
+    first = _example_rule(produced, doc) if doc else produced[0]
+    env, docs = first.envelope, first.docs
+    example = example_envelope(first, own=first.id in own_ids, docs_base_url=docs_base_url)
+    related: list[str] = []
+    for rule in produced:
+        related.extend(c for c in rule.envelope.spec.related_codes if c not in related)
+    return {
+        "code": code,
+        "summary": doc.summary if doc else first.description or _literal(env.message),
+        "category": env.spec.category.value,
+        "severity": env.severity.value,
+        "retryable": env.action.value == "retry",
+        "action": env.action.value,
+        "cause": doc.cause if doc else (docs.cause if docs else None) or first.description,
+        "repair": {
+            "fix": doc.fix if doc else (docs.fix if docs else None) or _literal(env.hint),
+            "hint": example.hint if example else _literal(env.hint),
+            "steps": list(example.steps) if example else [],
+        },
+        "example": None if example is None else {"error": example.as_dict()},
+        "example_rule": first.id,
+        "example_upstream_body": docs.example if docs else None,
+        "related_codes": related,
+        "stability": docs.stability if docs else "stable",
+        "generic": all(rule.is_fallback for rule in produced),
+        "docs_url": f"{docs_base_url}{BASE}/{code}",
+        "rules": [
             {
                 "id": rule.id,
                 "pack": rule.pack,
-                "source": _public_source(rule.source),
                 "description": rule.description,
                 "statuses": _statuses(rule.statuses) if rule.id not in own_ids else None,
-                "action": env.action.value,
+                "action": rule.envelope.action.value,
             }
-        )
-    return out
-
-
-def _public_source(source: str) -> str:
-    """``/etc/mend/rules/x.yaml:4`` -> ``x.yaml:4``: no server paths on the agent port."""
-    return PurePath(source).name
+            for rule in produced
+        ],
+    }
 
 
 def _statuses(codes: frozenset[int]) -> str:
@@ -165,6 +184,7 @@ class Catalog:
         self.docs_base_url = (base or "").rstrip("/")
         # engine and its entries in one value: two builders can never leave them mismatched
         self._built: tuple[Any, dict[str, dict[str, Any]]] | None = None
+        self.codes = load_codes()  # shipped with the package: read once, not reloaded
         self._building = threading.Lock()
         #: per documented operation, the codes it can produce (routes with ``openapi:``)
         self.operations = OperationCodes(store)
@@ -184,7 +204,7 @@ class Catalog:
             if built is None or built[0] is not engine:
                 built = self._built = (
                     engine,
-                    entries(engine.rules, engine.own, self.docs_base_url),
+                    entries(engine.rules, engine.own, self.docs_base_url, self.codes),
                 )
             return built[1]
         finally:
@@ -296,7 +316,7 @@ def entry_html(entry: dict[str, Any], catalog: dict[str, dict[str, Any]]) -> str
         for o in entry.get("operations", ())
     )
     rules = "".join(
-        f"<tr><td><code>{_e(r['id'])}</code></td><td>{_e(r['source'])}</td>"
+        f"<tr><td><code>{_e(r['id'])}</code></td><td>{_e(r['pack'])}</td>"
         f"<td>{_e(r['statuses'] or 'none (mend itself)')}</td><td>{_e(r['description'])}</td></tr>"
         for r in entry["rules"]
     )
@@ -327,7 +347,7 @@ def entry_html(entry: dict[str, Any], catalog: dict[str, dict[str, Any]]) -> str
         f"<h2>Example payload</h2>{example}{upstream_html}"
         f"<h2>Related codes</h2><p>{related}</p>"
         + (f"<h2>Documented operations</h2><ul>{operations}</ul>" if operations else "")
-        + "<h2>Produced by</h2><table><tr><th>rule</th><th>source</th><th>statuses</th>"
+        + "<h2>Produced by</h2><table><tr><th>rule</th><th>pack</th><th>statuses</th>"
         f"<th>description</th></tr>{rules}</table>"
     )
     return _page(code, body)

@@ -82,6 +82,8 @@ class Envelope(BaseModel):
     next_operation: str | None = None
     next_operation_args: dict[str, Any] | None = None
     related_codes: tuple[str, ...] = ()
+    #: the upstream's own small structured detail (redacted, capped), kept by fallbacks
+    upstream_detail: dict[str, Any] | None = None
     docs_url: str | None = None
     request_id: str
     upstream_status: int | None

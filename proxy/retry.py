@@ -3,18 +3,42 @@
 Sources, in order: ``Retry-After-Ms``, ``Retry-After`` (delta-seconds or HTTP-date, RFC 9110
 §10.2.3), the IETF
 ``RateLimit`` header (``reset=``), ``RateLimit-Reset``, ``X-RateLimit-Reset`` (delta or epoch
-seconds; GitHub and others send epoch). A value from the body comes from a rule instead.
+seconds; GitHub and others send epoch), hapi-rate-limit's ``X-RateLimit-UserReset`` and
+``X-RateLimit-PathReset`` (epoch milliseconds). A value from the body comes from a rule instead.
+
+A reset is told apart by its value (``reset_kind``): below 10^9 it is a delta in seconds, below
+10^12 epoch seconds (2001 onwards), else epoch milliseconds. An absolute time (epoch, HTTP-date)
+is measured against the upstream's own ``Date`` when the two clocks disagree by more than
+``_SKEW_S``, since the reset is on the upstream's clock; and a stated reset is never a wait of 0:
+one that looks past (clock skew, a window resetting as the answer left) waits ``MIN_STATED_S``.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
+from typing import Literal
 
 #: Epoch timestamps are far larger than any sane delta; anything above this is an epoch.
 _EPOCH_THRESHOLD = 1_000_000_000
+#: Epoch milliseconds start here (10^12 ms is 2001; 10^12 s is the year 33658).
+_EPOCH_MS_THRESHOLD = _EPOCH_THRESHOLD * 1000
+#: The wait for an absolute reset that looks already past: the upstream refused the request, so
+#: its window had not reset when it answered.
+MIN_STATED_S = 1.0
+#: Clocks closer than this are taken to agree (``Date`` has a resolution of one second).
+_SKEW_S = 2.0
+#: Reset headers, in order of preference; hapi-rate-limit's are epoch milliseconds.
+_RESET_HEADERS = (
+    "RateLimit-Reset",
+    "X-RateLimit-Reset",
+    "X-Rate-Limit-Reset",
+    "X-RateLimit-UserReset",
+    "X-RateLimit-PathReset",
+)
 _RESET_PARAM = re.compile(r"(?:^|[;,\s])reset=(\d+(?:\.\d+)?)")
 _DECIMAL = re.compile(r"\d+(?:\.\d+)?")
 _GO_DURATION = re.compile(
@@ -31,34 +55,71 @@ def _seconds_from_duration(value: str) -> float | None:
     return hours * 3600 + minutes * 60 + seconds + millis / 1000
 
 
+ResetKind = Literal["delta_s", "epoch_s", "epoch_ms"]
+
+
+def reset_kind(number: float) -> ResetKind:
+    """What a numeric reset value is, told by its size alone."""
+    if number >= _EPOCH_MS_THRESHOLD:
+        return "epoch_ms"
+    if number >= _EPOCH_THRESHOLD:
+        return "epoch_s"
+    return "delta_s"
+
+
+def _until(moment: float, now: float) -> float:
+    """Seconds from ``now`` to an absolute ``moment`` the upstream stated; never 0."""
+    return max(moment - now, MIN_STATED_S)
+
+
+def reset_seconds(number: float, now: float) -> float | None:
+    """Seconds to wait for a reset value of any kind; ``None`` for a negative or absurd one."""
+    if not math.isfinite(number) or number < 0:
+        return None
+    kind = reset_kind(number)
+    if kind == "epoch_ms":
+        return _until(number / 1000, now)
+    if kind == "epoch_s":
+        return _until(number, now)
+    return number
+
+
 def _seconds_from_reset(value: str, now: float) -> float | None:
     try:
         number = float(value.strip())
     except ValueError:
         return None
-    if number >= _EPOCH_THRESHOLD * 1000:  # epoch in milliseconds
-        number = number / 1000 - now
-    elif number >= _EPOCH_THRESHOLD:
-        number -= now
-    return max(number, 0.0)
+    return reset_seconds(number, now)
+
+
+def _http_date(value: str) -> float | None:
+    try:
+        when = parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    return None if when is None else when.timestamp()
 
 
 def _seconds_from_retry_after(value: str, now: float) -> float | None:
     value = value.strip()
     if _DECIMAL.fullmatch(value):  # RFC 9110 says integer; Shopify and others send "2.0"
         return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None:
-        return None
-    return max(when.timestamp() - now, 0.0)
+    moment = _http_date(value)
+    return None if moment is None else _until(moment, now)
+
+
+def _reference(headers: Mapping[str, str], now: float) -> float:
+    """The clock absolute resets are measured on: the upstream's ``Date`` when ours disagrees."""
+    date = headers.get("Date")
+    stated = _http_date(date) if date else None
+    if stated is None or abs(stated - now) <= _SKEW_S:
+        return now
+    return stated
 
 
 def retry_after_ms(headers: Mapping[str, str], now: float | None = None) -> int | None:
     """Milliseconds the upstream asks the client to wait, or ``None`` when it does not say."""
-    now = time.time() if now is None else now
+    now = _reference(headers, time.time() if now is None else now)
     seconds: float | None = None
     if (value := headers.get("Retry-After-Ms")) is not None and _DECIMAL.fullmatch(value.strip()):
         seconds = float(value) / 1000  # Azure OpenAI: the same, in milliseconds
@@ -67,7 +128,7 @@ def retry_after_ms(headers: Mapping[str, str], now: float | None = None) -> int 
     if seconds is None and (value := headers.get("RateLimit")) is not None:
         match = _RESET_PARAM.search(value)
         seconds = float(match.group(1)) if match else None
-    for name in ("RateLimit-Reset", "X-RateLimit-Reset", "X-Rate-Limit-Reset"):
+    for name in _RESET_HEADERS:
         if seconds is not None:
             break
         if (value := headers.get(name)) is not None:

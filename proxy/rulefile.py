@@ -244,6 +244,8 @@ class EnvelopeSpec(_Model):
     next_operation_args: dict[str, Any] | None = None
     related_codes: list[str] = []
     retry_after_ms: int | str | None = None
+    #: keep the upstream's small structured detail as ``upstream_detail`` (proxy/detail.py)
+    upstream_detail: bool = False
 
     @model_validator(mode="before")
     @classmethod

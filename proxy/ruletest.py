@@ -237,6 +237,7 @@ class Recorded(_Model):
     request: RequestSpec = RequestSpec()
     route: RouteSpec = RouteSpec()
     response: ResponseSpec
+    deliberate: str | None = Field(default=None, min_length=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -633,6 +634,8 @@ class Meta(_Model):
     headers: dict[str, str] = {}
     request: RequestSpec = RequestSpec()
     route: RouteSpec = RouteSpec()
+    #: why only a fallback should explain this response (coverage lists it apart, with the reason)
+    deliberate: str | None = Field(default=None, min_length=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -641,6 +644,7 @@ class RecordedResponse:
     request: RequestSpec
     response: ResponseSpec
     success_rules: tuple[str, ...] = ()
+    deliberate: str | None = None
 
 
 def _from_body_file(file: Path) -> RecordedResponse:
@@ -668,7 +672,9 @@ def _from_body_file(file: Path) -> RecordedResponse:
     except OSError as exc:
         raise RuleError([f"{file}:1: cannot read: {exc}"]) from exc
     response = ResponseSpec(status=status, headers=headers, body=body)
-    return RecordedResponse(file.name, meta.request, response, meta.route.success_rules)
+    return RecordedResponse(
+        file.name, meta.request, response, meta.route.success_rules, meta.deliberate
+    )
 
 
 def _from_yaml(file: Path) -> list[RecordedResponse]:
@@ -693,7 +699,13 @@ def _from_yaml(file: Path) -> list[RecordedResponse]:
     except ValidationError as exc:
         raise RuleError(validation_problems(exc, str(file), lines)) from exc
     return [
-        RecordedResponse(one.name or file.name, one.request, one.response, one.route.success_rules)
+        RecordedResponse(
+            one.name or file.name,
+            one.request,
+            one.response,
+            one.route.success_rules,
+            one.deliberate,
+        )
     ]
 
 
@@ -708,7 +720,9 @@ def load_recorded(directory: Path) -> tuple[list[RecordedResponse], list[str]]:
     * any other file is a raw body. Its status is the three digits its name starts with
       (``503-nginx.html``, ``422_fastapi.json``); its Content-Type follows the extension (``.json``,
       ``.html``, ``.txt``, ``.xml``). A sidecar ``FILE.meta.yaml`` (``503-nginx.html.meta.yaml``)
-      may give ``status``, ``headers``, ``request`` and ``route`` instead or in addition.
+      may give ``status``, ``headers``, ``request`` and ``route`` instead or in addition, and
+      ``deliberate: REASON`` when only a fallback should explain the response (it is then listed
+      apart, with the reason, not among the responses to write a rule for).
     * names starting with ``.`` are ignored.
     """
     if not directory.is_dir():
@@ -733,6 +747,8 @@ class Coverage:
     total: int = 0
     by_rule: dict[str, int] = field(default_factory=dict)
     fallback_only: list[tuple[str, str, str]] = field(default_factory=list)  # name, rule, code
+    #: fallback-only on purpose: name, rule, code, the recorded reason
+    deliberate: list[tuple[str, str, str, str]] = field(default_factory=list)
     passthrough: list[str] = field(default_factory=list)
 
     @property
@@ -742,7 +758,9 @@ class Coverage:
     def lines(self) -> list[str]:
         out = [
             f"coverage: {self.total} responses: {self.specific} matched specific rules, "
-            f"{len(self.fallback_only)} only a fallback, {len(self.passthrough)} passed through"
+            f"{len(self.fallback_only)} only a fallback, "
+            + (f"{len(self.deliberate)} left to a fallback on purpose, " if self.deliberate else "")
+            + f"{len(self.passthrough)} passed through"
         ]
         if self.by_rule:
             out.append("matched specific rules:")
@@ -754,6 +772,11 @@ class Coverage:
         if self.fallback_only:
             out.append("only a fallback matched (write a rule for these):")
             out.extend(f"  {name}  -> {rule} ({code})" for name, rule, code in self.fallback_only)
+        if self.deliberate:
+            out.append("left to a fallback on purpose (deliberate:):")
+            out.extend(
+                f"  {name}  -> {rule} ({code}): {why}" for name, rule, code, why in self.deliberate
+            )
         if self.passthrough:
             out.append("passed through (no rule matched):")
             out.extend(f"  {name}" for name in self.passthrough)
@@ -773,7 +796,11 @@ def coverage(
             result.passthrough.append(item.name)
             continue
         rule = evaluation.match.rule
-        if rule.is_fallback:
+        if rule.is_fallback and item.deliberate:
+            result.deliberate.append(
+                (item.name, rule.id, evaluation.envelope.code, item.deliberate)
+            )
+        elif rule.is_fallback:
             result.fallback_only.append((item.name, rule.id, evaluation.envelope.code))
         else:
             result.by_rule[rule.id] = result.by_rule.get(rule.id, 0) + 1

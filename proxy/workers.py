@@ -21,7 +21,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, multiprocess
 from structlog.typing import FilteringBoundLogger
 
-from proxy.admin import admin_application
+from proxy.admin import admin_application, rules_listing
 from proxy.engine import Loaded
 from proxy.health import health_checks
 from proxy.logs import make_logger, route_stdlib_logging
@@ -185,8 +185,16 @@ class Supervisor:
                 {"status": "reloaded", "rules": rules, "workers": len(self.workers)}
             )
 
+        async def rules(_: web.Request) -> web.Response:
+            # the supervisor holds no engine: load the rules as the workers do (admin-only, rare)
+            try:
+                loaded = await asyncio.to_thread(self.validate)
+            except RuleError as exc:
+                return web.json_response({"problems": list(exc.problems)}, status=422)
+            return web.json_response({"rules": rules_listing(loaded.engine.rules)})
+
         return admin_application(
-            registry, readyz=readyz, reload=reload, token=self.settings.admin_token
+            registry, readyz=readyz, reload=reload, token=self.settings.admin_token, rules=rules
         )
 
     async def run(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import io
 import json
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
+from proxy.admin import create_admin_app
 from proxy.app import create_app
 from proxy.catalog import wants_html
-from proxy.engine import Engine
+from proxy.codes import load_codes
+from proxy.engine import Engine, RuleStore
 from proxy.logs import make_logger
 from proxy.settings import Route, Settings
 from tests.conftest import MendTestServer, StartMend, StartUpstream
@@ -84,7 +87,7 @@ async def test_an_entry_documents_what_an_agent_needs(catalog: TestClient[Any, A
     assert entry["related_codes"] == ["RATE_LIMITED", "NOT_IN_CATALOG"]
     assert entry["stability"] == "beta"
     assert [r["id"] for r in entry["rules"]] == ["orders.out_of_stock"]
-    assert entry["rules"][0]["source"] == "orders.yaml:4"  # no server path on the agent port
+    assert "source" not in entry["rules"][0]  # file:line is the operator's, not the agent's
     example = entry["example"]["error"]
     assert example["message"] == "Item A-1 is out of stock."
     assert example["next_operation"] == "GET /api/items/A-1/alternatives"
@@ -312,3 +315,65 @@ async def test_a_catalog_page_is_logged_like_any_request(
         assert line["request_id"] == sent_id
     assert (line["path"], line["status"], line["outcome"]) == (path, status, "catalog")
     assert line["latency_ms"] >= 0
+
+
+_FILE_LINE = re.compile(r"\.ya?ml:\d+")
+
+
+async def test_the_agent_port_shows_no_rule_source(catalog: TestClient[Any, Any]) -> None:
+    """No page of the catalog, JSON or HTML, names a rule file and line."""
+    index = await catalog.get("/_mend/errors", headers={"Accept": "application/json"})
+    assert not _FILE_LINE.search(await index.text())
+    for code in ("OUT_OF_STOCK", "VALIDATION_FAILED", "RATE_LIMITED"):
+        for accept in ("application/json", "text/html"):
+            page = await catalog.get(f"/_mend/errors/{code}", headers={"Accept": accept})
+            assert page.status == 200
+            assert not _FILE_LINE.search(await page.text()), (code, accept)
+
+
+async def test_a_shared_code_is_described_as_itself(catalog: TestClient[Any, Any]) -> None:
+    """VALIDATION_FAILED, produced by ~50 rules, is described from proxy/codes.yaml (not by its
+    first rule, a GraphQL one), with its named example, then lists every rule producing it."""
+    entry = await get_json(catalog, "/_mend/errors/VALIDATION_FAILED")
+    doc = load_codes()["VALIDATION_FAILED"]
+    assert (entry["summary"], entry["cause"]) == (doc.summary, doc.cause)
+    assert entry["repair"]["fix"] == doc.fix
+    assert "graphql" not in entry["summary"].lower()
+    assert entry["example_rule"] == "fastapi.validation"
+    assert entry["example"]["error"]["rule"] == "fastapi.validation"
+    ids = [r["id"] for r in entry["rules"]]
+    assert {"fastapi.validation", "flask.webargs_validation", "fallback.422"} <= set(ids)
+    assert ids.index("graphql.variable_enum") < ids.index("fastapi.validation")  # rule order
+
+
+def test_every_shared_code_is_described() -> None:
+    """Each code that two or more shipped rules produce has an entry in proxy/codes.yaml, and
+    every entry's example_rule produces its code."""
+    engine = Engine.load(Settings(routes=(Route(name="default", upstream="http://127.0.0.1:9"),)))
+    produced: dict[str, set[str]] = {}
+    for rule in engine.rules:
+        produced.setdefault(rule.envelope.spec.code, set()).add(rule.id)
+    codes = load_codes()
+    shared = {code for code, ids in produced.items() if len(ids) > 1}
+    assert shared - set(codes) == set()
+    for code, doc in codes.items():
+        assert code in produced, code
+        assert doc.example_rule is None or doc.example_rule in produced[code], code
+
+
+async def test_the_admin_port_lists_rules_with_their_source(aiohttp_client: ClientFactory) -> None:
+    """The operator keeps file:line: GET /rules on the admin port lists every rule in force with
+    its source, in order (packs before fallbacks)."""
+    settings = Settings(routes=(Route(name="a", upstream="http://127.0.0.1:9"),))
+    store = RuleStore(settings, Engine.load(settings))
+    admin = await aiohttp_client(
+        create_admin_app(store, CollectorRegistry(), make_logger(io.StringIO()))
+    )
+    response = await admin.get("/rules")
+    assert response.status == 200
+    rules = (await response.json())["rules"]
+    by_id = {r["id"]: r for r in rules}
+    assert re.fullmatch(r".*43-fastapi\.yaml:\d+", by_id["fastapi.json_invalid"]["source"])
+    assert by_id["fastapi.json_invalid"]["code"] == "MALFORMED_JSON"
+    ids = [r["id"] for r in rules]
+    assert ids.index("fastapi.json_invalid") < ids.index("fallback.500")

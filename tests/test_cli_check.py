@@ -66,6 +66,30 @@ def test_coverage_counts_specific_rules_and_lists_fallback_only(
     assert "  ok.yaml" in out
 
 
+def test_coverage_lists_deliberate_fallbacks_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A response whose meta says ``deliberate: REASON`` is listed with its reason, not among
+    the ones to write a rule for; one matched by a specific rule ignores the note."""
+    directory = recorded(tmp_path / "recorded")
+    (directory / "503-nginx.html.meta.yaml").write_text("deliberate: nginx says nothing more\n")
+    (directory / "locked.yaml").write_text(
+        "deliberate: an application code fallback.409 keeps as upstream_detail\n"
+        "response: {status: 409, json: {detail: {code: item_locked, lock_holder: ana}}}\n"
+    )
+    assert main(["check", "--coverage", str(directory)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        "coverage: 7 responses: 3 matched specific rules, 1 only a fallback, 2 left to a "
+        "fallback on purpose, 1 passed through" in out
+    )
+    assert out.index("left to a fallback on purpose (deliberate:):") > out.index(
+        "  teapot.txt  -> fallback.4xx (CLIENT_ERROR)"
+    )
+    assert "  503-nginx.html  -> fallback.503 (SERVICE_UNAVAILABLE): nginx says nothing more" in out
+    assert "  503-nginx.html  -> fallback.503 (SERVICE_UNAVAILABLE)" not in out
+
+
 def test_coverage_uses_the_extra_rule_files(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

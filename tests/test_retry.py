@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+from email.utils import formatdate
 
-from proxy.retry import clamp, retry_after_ms
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.retry import MIN_STATED_S, clamp, reset_kind, reset_seconds, retry_after_ms
 
 NOW = 1_700_000_000.0
 
@@ -15,7 +19,26 @@ NOW = 1_700_000_000.0
         ({"Retry-After": "7"}, 7000),
         ({"Retry-After": "0"}, 0),
         ({"Retry-After": "Tue, 14 Nov 2023 22:13:40 GMT"}, 20_000),
-        ({"Retry-After": "Tue, 14 Nov 2023 22:00:00 GMT"}, 0),  # in the past: now
+        # a stated date that looks past (skew, a window resetting as the answer left): 1 s, not 0
+        ({"Retry-After": "Tue, 14 Nov 2023 22:00:00 GMT"}, 1000),
+        ({"X-RateLimit-Reset": str(int(NOW) - 5)}, 1000),
+        ({"X-RateLimit-UserReset": str(int(NOW * 1000) + 42_000)}, 42_000),  # hapi: epoch ms
+        ({"X-RateLimit-PathReset": str(int(NOW * 1000) + 7_500)}, 7_500),
+        # the upstream's clock is 10 minutes behind ours: its reset is on its clock
+        (
+            {
+                "X-RateLimit-Reset": str(int(NOW) - 600 + 30),
+                "Date": "Tue, 14 Nov 2023 22:03:20 GMT",
+            },
+            30_000,
+        ),
+        (
+            {
+                "Retry-After": "Tue, 14 Nov 2023 22:05:20 GMT",
+                "Date": "Tue, 14 Nov 2023 22:03:20 GMT",
+            },
+            120_000,
+        ),
         ({"Retry-After": "soon"}, None),
         ({"RateLimit": "limit=100, remaining=0, reset=30"}, 30_000),
         ({"RateLimit-Reset": "12"}, 12_000),
@@ -39,3 +62,58 @@ def test_retry_after_ms(headers: dict[str, str], expected: int | None) -> None:
 def test_clamp_caps_the_wait() -> None:
     """A wait above the configured maximum is cut to it."""
     assert clamp(10_000_000, 3_600_000) == 3_600_000
+
+
+#: Now, anywhere from 2001 to 2100, and a wait from 0 to 10 days, in milliseconds.
+_NOWS = st.floats(min_value=1_000_000_001, max_value=4_102_444_800)
+_WAITS_MS = st.integers(min_value=0, max_value=10 * 86_400_000)
+
+
+@given(now=_NOWS, wait_ms=_WAITS_MS)
+def test_epoch_seconds_are_told_from_their_value(now: float, wait_ms: int) -> None:
+    """A reset written as epoch seconds is read as one, and gives its wait within a second."""
+    reset = int(now + wait_ms / 1000)
+    assert reset_kind(reset) == "epoch_s"
+    got = reset_seconds(reset, now)
+    assert got is not None
+    assert abs(got - max(reset - now, MIN_STATED_S)) < 1e-6
+    assert got >= MIN_STATED_S  # a stated reset is never a wait of 0
+    assert abs(got - wait_ms / 1000) <= 1 + MIN_STATED_S
+
+
+@given(now=_NOWS, wait_ms=_WAITS_MS)
+def test_epoch_milliseconds_are_told_from_their_value(now: float, wait_ms: int) -> None:
+    """A reset written as epoch milliseconds (hapi) is read as one, to the millisecond."""
+    reset = round(now * 1000) + wait_ms
+    assert reset_kind(reset) == "epoch_ms"
+    got = reset_seconds(reset, now)
+    assert got is not None
+    assert got >= MIN_STATED_S
+    assert abs(got - max(wait_ms / 1000, MIN_STATED_S)) <= 0.001
+
+
+@given(now=_NOWS, wait=st.floats(min_value=0, max_value=30 * 86_400, allow_nan=False))
+def test_deltas_are_told_from_their_value(now: float, wait: float) -> None:
+    """A delta in seconds (up to a month) stays a delta, whatever the time is."""
+    assert reset_kind(wait) == "delta_s"
+    assert reset_seconds(wait, now) == wait
+
+
+@given(value=st.one_of(st.floats(max_value=-1e-9), st.just(float("nan")), st.just(float("inf"))))
+def test_nonsense_resets_say_nothing(value: float) -> None:
+    """A negative, NaN or infinite reset gives no wait at all (the default applies)."""
+    assert reset_seconds(value, 1_700_000_000.0) is None
+
+
+@given(wait_s=st.integers(min_value=1, max_value=86_400), skew_s=st.integers(-3600, 3600))
+def test_http_date_is_read_on_the_upstreams_clock(wait_s: int, skew_s: int) -> None:
+    """A Retry-After HTTP-date (503 maintenance pages) gives its wait on the upstream's clock,
+    whatever the skew between the clocks; within a second (HTTP-dates have no fraction)."""
+    their_now = int(NOW) + skew_s
+    headers = {
+        "Retry-After": formatdate(their_now + wait_s, usegmt=True),
+        "Date": formatdate(their_now, usegmt=True),
+    }
+    got = retry_after_ms(headers, now=NOW)
+    assert got is not None
+    assert abs(got - wait_s * 1000) <= (0 if abs(skew_s) > 2 else abs(skew_s) * 1000)

@@ -138,17 +138,20 @@ def test_a_config_with_anchors_and_aliases_still_loads(tmp_path: Path) -> None:
 
 
 def test_a_rule_file_with_anchors_and_aliases_still_loads(tmp_path: Path) -> None:
-    """A rule file may share a ``when:`` between rules through an anchor."""
+    """A rule file may share conditions between rules through an anchor: here a POST-only rule,
+    then the same conditions for every other method (the very same conditions twice could never
+    match the second time, a ``file:line`` error of its own)."""
     rules = tmp_path / "shared.yaml"
     rules.write_text(
         "rules:\n"
-        "  - id: t.one\n    when: &teapot {status: 418, json: [{query: error}]}\n"
+        "  - id: t.one\n"
+        "    when: {method: POST, all: [&teapot {status: 418, json: [{query: error}]}]}\n"
         "    envelope: {code: ONE, category: validation}\n"
         "  - id: t.two\n    when: *teapot\n"
         "    envelope: {code: TWO, category: validation}\n"
     )
-    loaded = load_rules([rules])
-    assert [r.spec.when for r in loaded] == [loaded[0].spec.when] * 2
+    one, two = load_rules([rules])
+    assert one.spec.when.all == [two.spec.when]
 
 
 def test_an_alias_inside_its_own_anchor_is_rejected(tmp_path: Path) -> None:

@@ -28,9 +28,12 @@ from proxy.build import BuildOptions
 from proxy.catalog import BASE as CATALOG_BASE
 from proxy.catalog import Catalog, catalog_pages
 from proxy.connection import AgentServer
+from proxy.crosscall.review import body_digest
+from proxy.crosscall.view import CrossCall
 from proxy.engine import Engine, RuleStore
 from proxy.envelope import Envelope
 from proxy.evaluate import (
+    Answer,
     Evaluation,
     agent_redactor,
     answer,
@@ -40,6 +43,7 @@ from proxy.evaluate import (
 )
 from proxy.exchange import NOT_JSON, Exchange
 from proxy.failures import (
+    CircuitOpen,
     ForwardProxyRefused,
     ProxyBug,
     ProxyFailure,
@@ -60,6 +64,7 @@ from proxy.protocols.sse import Event, EventRewriter
 from proxy.redact import Redactor, is_internal_header
 from proxy.render import Negotiator, Rendering, render, safe_header_value
 from proxy.request_id import request_id
+from proxy.rulecheck import OWN_FAILURE_VARS
 from proxy.ruleset import Match, RuleSet
 from proxy.settings import Route, Settings
 from proxy.target import Origin, upstream_target
@@ -79,6 +84,8 @@ _STARTED: web.RequestKey[bool] = web.RequestKey("mend.response_started", bool)
 _RID: web.RequestKey[str] = web.RequestKey("mend.request_id", str)
 #: Seconds a request body may take before ``client_body_min_rate`` applies (Kestrel's grace).
 _BODY_RATE_GRACE_S = 5.0
+#: the caller's own session summary, on the agent port (CONTRACT §7)
+SESSION_PATH = "/_mend/session"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +105,12 @@ class Proxy:
         logger: FilteringBoundLogger,
         redactor: Redactor,
         detector: Detector,
+        crosscall: CrossCall,
     ) -> None:
         self.settings = settings
+        #: repeats, session patterns and circuits: what one call cannot see (proxy/crosscall)
+        self.crosscall = crosscall
+        self.circuits = crosscall.circuits
         self.store = store
         self.metrics = metrics
         self.log = logger
@@ -165,10 +176,14 @@ class Proxy:
             # 0. protocol: what the agent speaks, from its headers; a JSON body is kept on the side
             call = self.detector.call(request, route.protocol)
             self._check_request_size(request)
-            # 1. forward
+            # 1. forward, unless the route's circuit is open
+            if self.circuits.enabled and (wait := await self.circuits.blocked_ms(route_name)):
+                raise CircuitOpen(f"circuit open for {wait} ms more", wait_ms=wait)
             with upstream_errors():
                 upstream = await self._forward(request, runtime, target, rid, call)
             upstream_s = time.perf_counter() - started
+            if self.circuits.counts(upstream.status) or self.circuits.dirty(route_name):
+                await self._circuit(route_name, upstream.status)
             self.metrics.for_route(route_name).upstream_duration.observe(upstream_s)
         except ProxyFailure as failure:
             return await self._fail(request, exchange, runtime, failure, started, upstream_s, call)
@@ -231,7 +246,7 @@ class Proxy:
             exchange.content_type = upstream.content_type.lower()
             exchange.text, exchange.json, exchange.truncated = body.text, body.json, body.truncated
             # 4-7. match, build, redact, render: in the agent's protocol when it speaks one
-            answered = self._answer(request, runtime, ruleset, exchange, upstream, call)
+            answered = await self._answer(request, runtime, ruleset, exchange, upstream, call)
             if answered is None:  # an inspected success that no rule calls an error
                 response = await self._send_buffered(request, upstream, raw)
                 return await self._finish(
@@ -582,7 +597,7 @@ class Proxy:
             request, exchange, response, started, upstream_s, outcome, envelope
         )
 
-    def _answer(
+    async def _answer(
         self,
         request: web.BaseRequest,
         runtime: RouteRuntime,
@@ -605,27 +620,13 @@ class Proxy:
         answered = answer_exchange(ruleset, exchange, call, self.detector, redactor, options)
         if answered is None:
             return None
+        status = exchange.status or 502
+        answered = await self._reviewed(request, exchange, call, answered, status)
         for evaluation in answered.evaluations:
             self._count(request, exchange, evaluation, answered.protocol)
-        status = exchange.status or 502
         return self._reply(
             request, route, answered.evaluations, upstream, status, answered.rendered
         )
-
-    def _envelope_response(
-        self,
-        request: web.BaseRequest,
-        route: Route | None,
-        exchange: Exchange,
-        match: Match,
-        upstream: aiohttp.ClientResponse | None,
-        status: int | None = None,
-    ) -> tuple[web.Response, Envelope]:
-        redactor = self._redactor(exchange.route)
-        evaluation = rewrite(match, exchange, redactor, self._options(request))
-        self._count(request, exchange, evaluation, None)
-        http_status = status or exchange.status or 502
-        return self._reply(request, route, [evaluation], upstream, http_status, None)
 
     def _count(
         self,
@@ -720,7 +721,11 @@ class Proxy:
     ) -> web.StreamResponse:
         if call is not None:
             await self._read_rest(request, call)
-        response, envelope = self._failure(request, exchange, runtime, failure, call)
+        if failure.upstream and runtime is not None:
+            await self._circuit(runtime.route.name, None, failure.reason)
+        answered = self._failure_answer(request, exchange, failure, call)
+        answered = await self._reviewed(request, exchange, call, answered, failure.status)
+        response, envelope = self._failure_reply(request, exchange, runtime, failure, answered)
         return await self._finish(
             request, exchange, response, started, upstream_s, "proxy_failure", envelope, failure
         )
@@ -750,26 +755,98 @@ class Proxy:
         failure: ProxyFailure,
         call: Call | None = None,
     ) -> tuple[web.Response, Envelope]:
+        answered = self._failure_answer(request, exchange, failure, call)
+        return self._failure_reply(request, exchange, runtime, failure, answered)
+
+    def _failure_answer(
+        self,
+        request: web.BaseRequest,
+        exchange: Exchange,
+        failure: ProxyFailure,
+        call: Call | None,
+    ) -> Answer:
+        """The envelope of a failure mend met itself, in the agent's protocol when it speaks one."""
         if failure.upstream:
             self.metrics.upstream_failures.labels(exchange.route, failure.reason).inc()
         exchange.status = None
         rule = self.store.engine.own[failure.rule]
         found: dict[str, Any] = {}
-        if "limit" in failure.context:
-            found["limit"] = failure.context["limit"]
+        for name in OWN_FAILURE_VARS & failure.context.keys():
+            found[name] = failure.context[name]
         match = Match(rule, found)
-        route = runtime.route if runtime else None
         protocol = self.detector.resolve(call) if call is not None else None
+        if protocol is not None and call is not None:
+            described(protocol, call, exchange)
+        evaluation = rewrite(
+            match, exchange, self._redactor(exchange.route), self._options(request)
+        )
         if protocol is None or call is None:
-            return self._envelope_response(
-                request, route, exchange, match, None, status=failure.status
-            )
-        described(protocol, call, exchange)
-        redactor = self._redactor(exchange.route)
-        evaluation = rewrite(match, exchange, redactor, self._options(request))
-        self._count(request, exchange, evaluation, protocol)
+            return Answer(None, [evaluation])
         rendered = protocol.render_whole(call, evaluation.envelope, failure.status)
-        return self._reply(request, route, [evaluation], None, failure.status, rendered)
+        return Answer(rendered, [evaluation], protocol)
+
+    def _failure_reply(
+        self,
+        request: web.BaseRequest,
+        exchange: Exchange,
+        runtime: RouteRuntime | None,
+        failure: ProxyFailure,
+        answered: Answer,
+    ) -> tuple[web.Response, Envelope]:
+        for evaluation in answered.evaluations:
+            self._count(request, exchange, evaluation, answered.protocol)
+        route = runtime.route if runtime else None
+        return self._reply(
+            request, route, answered.evaluations, None, failure.status, answered.rendered
+        )
+
+    # --- the cross-call view ------------------------------------------------------------------
+
+    async def _reviewed(
+        self,
+        request: web.BaseRequest,
+        exchange: Exchange,
+        call: Call | None,
+        answered: Answer,
+        status: int,
+    ) -> Answer:
+        """The answer with this session's repeats and patterns in its envelope (one store call;
+        none if the store does not answer in time). A response holding several errors (a
+        batch) is left as it is."""
+        if len(answered.evaluations) != 1 or answered.units:
+            return answered
+        evaluation = answered.evaluations[0]
+        length = request.content_length
+        if length is None and call is not None:
+            length = call.seen
+        envelope = await self.crosscall.review.envelope(
+            evaluation.envelope,
+            headers=request.headers,
+            client=request.remote,
+            method=request.method,
+            route=exchange.route,
+            path=request.raw_path,
+            body=body_digest(bytes(call.tee) if call and call.tee is not None else None, length),
+        )
+        if envelope is evaluation.envelope:
+            return answered
+        evaluation.envelope = envelope
+        if answered.protocol is not None and answered.rendered is not None and call is not None:
+            answered.rendered = answered.protocol.render_whole(call, envelope, status)
+        return answered
+
+    async def _circuit(self, route: str, status: int | None, reason: str = "") -> None:
+        """Tell the route's circuit how the upstream answered (``status``; ``None``: a failure
+        mend met, ``reason``)."""
+        if status is None:
+            if reason in ("unreachable", "timeout"):
+                await self.circuits.failed(route, reason)
+            else:
+                await self.circuits.succeeded(route)  # it answered, if badly
+        elif self.circuits.counts(status):
+            await self.circuits.failed(route, f"status {status}")
+        else:
+            await self.circuits.succeeded(route)
 
     # --- send and observe ----------------------------------------------------------------------
 
@@ -855,8 +932,16 @@ class Proxy:
         for tunnel in list(self.tunnels):
             tunnel.stop()
 
+    async def session(self, request: web.BaseRequest) -> web.Response:
+        """``GET /_mend/session``: the caller's own session, as the store knows it."""
+        started = time.perf_counter()
+        summary = await self.crosscall.review.summary(request.headers, request.remote)
+        response = web.json_response(summary, headers={"Cache-Control": "no-store"})
+        return self.served_locally(request, response, started)
+
     async def close(self) -> None:
         await self.upstreams.close()
+        await self.crosscall.close()
 
 
 #: Media types whose bodies are read as they arrive, event by event, never whole.
@@ -980,6 +1065,8 @@ class MendServer(AgentServer):
     async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
         if (refused := self.too_many(request)) is not None:
             return refused
+        if request.path == SESSION_PATH and request.method == "GET":
+            return await self.proxy.session(request)
         if request.path.startswith(CATALOG_BASE):
             started = time.perf_counter()
             page = await self.pages(request)
@@ -1010,13 +1097,16 @@ def create_app(
     metrics = Metrics(registry)
     store = RuleStore(settings, engine or Engine.load(settings), on_reload=[metrics.reloaded])
     metrics.reloaded(True, store.engine.rule_count)
+    logger = logger or make_logger()
+    crosscall = CrossCall(settings.session, settings.state, settings.circuit, registry, logger)
     proxy = Proxy(
         settings,
         store,
         metrics,
-        logger or make_logger(),
+        logger,
         agent_redactor(),
         Detector(default_protocols()),
+        crosscall,
     )
     catalog = Catalog(store)
     store.on_reload.append(catalog.refresh)

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from yarl import URL
 
+from proxy.crosscall.config import CircuitSettings, SessionSettings, StateSettings
 from proxy.protocols.base import ProtocolName
 from proxy.redaction.config import RedactionSettings
 from proxy.render import Rendering
@@ -195,6 +196,13 @@ class Settings(_Model):
     #: what redaction adds for every route: secrets, internal names, words never shown, allowed
     #: ids, detector files (``proxy/redaction/config.py``); reloaded with the rules
     redaction: RedactionSettings = RedactionSettings()
+    # --- the cross-call view (``proxy/crosscall``, CONTRACT §7) -------------------------------
+    #: how sessions are told apart, and when a repeat is a loop
+    session: SessionSettings = Field(default_factory=SessionSettings)
+    #: ``memory`` or ``redis://host:port/db`` (``--state``), and how long to wait for it
+    state: StateSettings = StateSettings()
+    #: each route's circuit breaker
+    circuit: CircuitSettings = CircuitSettings()
 
     @field_validator("listen", "admin_listen")
     @classmethod

@@ -19,6 +19,7 @@ except ImportError:  # pragma: no cover - exercised only where uvloop is absent
 
 from proxy import __version__, ruletest
 from proxy import explain as explaining
+from proxy.crosscall.config import StateSettings
 from proxy.engine import Engine
 from proxy.protocols.base import ProtocolName
 from proxy.redaction import explain as redaction_explain
@@ -41,6 +42,9 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
         overrides["default_packs"] = False
     if getattr(args, "workers", None):
         overrides["workers"] = args.workers
+    state = getattr(args, "state", None)
+    if state and not args.config:
+        overrides["state"] = state
     overrides.update(_listener_tls(args))
     upstream_tls = _upstream_tls(args)
     if args.config:
@@ -49,7 +53,7 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
             settings = settings.model_copy(
                 update={"rules": (*map(Path, args.rules), *settings.rules)}
             )
-        return settings
+        return _with_state(settings, state) if state else settings
     if not args.upstream:
         raise StartupError("give --upstream URL or --config FILE")
     try:
@@ -82,6 +86,15 @@ def _settings_from_args(args: argparse.Namespace) -> Settings:
         raise StartupError(*map(_flag_problem, specific)) from None
 
 
+def _with_state(settings: Settings, url: str) -> Settings:
+    """``--state URL`` over a config file: the URL replaced, the rest of ``state:`` kept."""
+    try:
+        state = StateSettings.model_validate({**settings.state.model_dump(), "url": url})
+    except ValidationError as exc:
+        raise StartupError(*(f"--state: {e['msg']}" for e in exc.errors())) from None
+    return settings.model_copy(update={"state": state})
+
+
 class StartupError(Exception):
     """A problem with ``mend run``'s flags or environment, said in one line each."""
 
@@ -99,6 +112,7 @@ _FLAGS = {
     "connect_timeout": "--connect-timeout",
     "workers": "--workers",
     "rules": "--rules",
+    "state": "--state",
 }
 
 
@@ -405,6 +419,12 @@ def _parser() -> argparse.ArgumentParser:
         "--workers", type=int, help="processes sharing the agent port (SO_REUSEPORT); default 1"
     )
     run.add_argument("--no-default-packs", action="store_true", help="do not load rules/ packs")
+    run.add_argument(
+        "--state",
+        metavar="URL",
+        help="where repeats, session patterns and circuits are kept: memory (default) or "
+        "redis://host:port/db, shared by every replica using it",
+    )
     tls = run.add_argument_group("TLS (certificates reload with the rules: SIGHUP, POST /-/reload)")
     tls.add_argument("--tls-cert", metavar="FILE", help="serve agents HTTPS with this PEM chain")
     tls.add_argument("--tls-key", metavar="FILE", help="its key (default: in the --tls-cert file)")

@@ -812,8 +812,8 @@ class Proxy:
     ) -> Answer:
         """The answer with this session's repeats and patterns in its envelope (one store call;
         none if the store does not answer in time). A response holding several errors (a
-        batch) is left as it is."""
-        if len(answered.evaluations) != 1 or answered.units:
+        batch, GraphQL errors) is left as it is."""
+        if len(answered.evaluations) != 1 or len(answered.units) > 1:
             return answered
         evaluation = answered.evaluations[0]
         length = request.content_length
@@ -831,8 +831,13 @@ class Proxy:
         if envelope is evaluation.envelope:
             return answered
         evaluation.envelope = envelope
-        if answered.protocol is not None and answered.rendered is not None and call is not None:
-            answered.rendered = answered.protocol.render_whole(call, envelope, status)
+        protocol = answered.protocol
+        if protocol is not None and answered.rendered is not None and call is not None:
+            answered.rendered = (
+                protocol.render(call, exchange, [(answered.units[0], envelope)])
+                if answered.units  # one error in the protocol's shape (an MCP tool result)
+                else protocol.render_whole(call, envelope, status)
+            )
         return answered
 
     async def _circuit(self, route: str, status: int | None, reason: str = "") -> None:

@@ -344,3 +344,34 @@ def test_config_accepts_the_three_blocks() -> None:
     assert settings.session.escalate_after == 4
     assert settings.state.is_redis
     assert settings.circuit.failures == 7
+
+
+async def test_mcp_tool_call_resent_with_new_ids_escalates(
+    aiohttp_server: Any, start_mend: StartMend
+) -> None:
+    """An MCP agent resending the same failing tools/call (a new JSON-RPC id each time) is
+    looping too: the third tool result carries escalate in ``_meta["mend/error"]``."""
+    from demo.legacy_api import create_legacy_app  # noqa: PLC0415
+
+    mend = await start_mend(await aiohttp_server(create_legacy_app()))
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18",
+        "Mcp-Session-Id": "mcp-session-1",
+    }
+    envelopes = []
+    for call_id in (1, 2, 3):
+        call = {
+            "jsonrpc": "2.0",
+            "id": call_id,
+            "method": "tools/call",
+            "params": {"name": "create_ticket", "arguments": {"title": "t", "priority": 9}},
+        }
+        resp = await mend.client.post("/mcp", json=call, headers=headers)
+        answer = await resp.json()
+        assert answer["id"] == call_id
+        assert answer["result"]["isError"] is True
+        envelopes.append(answer["result"]["_meta"]["mend/error"])
+    assert [e.get("repeat", {}).get("count") for e in envelopes] == [None, 2, 3]
+    assert envelopes[2]["action"] == "escalate"
+    assert "failed 3 times" in envelopes[2]["hint"]

@@ -12,6 +12,8 @@ import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
+import orjson
+
 from proxy.crosscall.config import SessionSettings
 from proxy.crosscall.guard import Guard
 from proxy.crosscall.session import Sessions
@@ -29,10 +31,26 @@ def _digest(*parts: str) -> str:
 
 def body_digest(tee: bytes | None, length: int | None) -> str:
     """The request body's identity: a hash of what the proxy kept of it (a JSON body's first
-    64 KiB, ``Call.tee``) with its length; a body it did not keep is known by its length."""
+    64 KiB, ``Call.tee``) with its length; a body it did not keep is known by its length.
+
+    A JSON-RPC request (MCP) is hashed without its ``id``: an agent resending the same call
+    numbers it anew, and it is the same call."""
     if tee is None:
         return f"len:{length}"
+    if b'"jsonrpc"' in tee[:4096]:
+        tee = _without_id(tee)
     return f"{hashlib.blake2b(tee, digest_size=16).hexdigest()}:{length}"
+
+
+def _without_id(tee: bytes) -> bytes:
+    try:
+        document = orjson.loads(tee)
+    except orjson.JSONDecodeError:
+        return tee  # cut at the tee's cap, or not JSON: hashed as it is
+    if isinstance(document, dict) and "jsonrpc" in document:
+        document.pop("id", None)
+        return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
+    return tee
 
 
 def rfc3339(epoch_ms: int) -> str:

@@ -111,6 +111,7 @@ class Proxy:
         #: repeats, session patterns and circuits: what one call cannot see (proxy/crosscall)
         self.crosscall = crosscall
         self.circuits = crosscall.circuits
+        self.circuits.start(r.name for r in settings.routes)
         self.store = store
         self.metrics = metrics
         self.log = logger

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import re
 import time
 from typing import Any
@@ -375,3 +376,31 @@ async def test_mcp_tool_call_resent_with_new_ids_escalates(
     assert [e.get("repeat", {}).get("count") for e in envelopes] == [None, 2, 3]
     assert envelopes[2]["action"] == "escalate"
     assert "failed 3 times" in envelopes[2]["hint"]
+
+
+async def test_a_probe_that_never_reports_is_given_up() -> None:
+    """A half-open probe whose request never reached the upstream (refused on the way) does
+    not hold the circuit half-open forever: after open_s another probe may go."""
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415
+
+    from proxy.crosscall.circuit import Circuits  # noqa: PLC0415
+    from proxy.crosscall.config import CircuitSettings  # noqa: PLC0415
+    from proxy.crosscall.guard import Guard  # noqa: PLC0415
+    from proxy.logs import make_logger  # noqa: PLC0415
+
+    registry, log = CollectorRegistry(), make_logger(io.StringIO())
+    circuits = Circuits(
+        CircuitSettings(failures=1, open_s=0.2),
+        MemoryStore(),
+        Guard(50, 60, registry, log),
+        registry,
+        log,
+        shared=False,
+    )
+    await circuits.failed("r", "unreachable")
+    assert (await circuits.blocked_ms("r") or 0) > 0
+    await asyncio.sleep(0.25)
+    assert await circuits.blocked_ms("r") is None  # the probe: never reports back
+    assert await circuits.blocked_ms("r") == 1000  # the others wait for it
+    await asyncio.sleep(0.25)
+    assert await circuits.blocked_ms("r") is None  # given up: a new probe

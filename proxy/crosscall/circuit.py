@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -44,8 +45,10 @@ class _View:
     dirty: bool = False
     #: monotonic time of the next look at the store
     refresh_at: float = 0.0
-    #: this replica sends the half-open probe
+    #: this replica sends the half-open probe, until this monotonic time at the latest (a probe
+    #: that never reports, its request refused before it went upstream, is given up)
     probing: bool = False
+    probe_until: float = 0.0
 
 
 def _now_ms() -> int:
@@ -79,6 +82,11 @@ class Circuits:
             registry=registry,
         )
 
+    def start(self, routes: Iterable[str]) -> None:
+        """Every route's circuit shows in ``mend_circuit_state``, closed, from the start."""
+        for route in routes:
+            self._set(route, State.CLOSED)
+
     def counts(self, status: int) -> bool:
         """Whether an upstream answer with this status is a failure for the circuit."""
         return self.enabled and status in self.settings.statuses
@@ -97,8 +105,11 @@ class Circuits:
         view = self._views.get(route)
         if view is None:
             view = self._views[route] = _View()
-        if self.shared and time.monotonic() >= view.refresh_at:
+        now = time.monotonic()
+        if self.shared and now >= view.refresh_at:
             self._refresh(route, view)
+        if view.probing and now > view.probe_until:
+            view.probing = False
         if not view.open_until_ms or view.probing:
             return None if not view.probing else 1000
         left = view.open_until_ms - _now_ms()
@@ -111,7 +122,7 @@ class Circuits:
         )
         if taken is False:
             return min(probe_ms, 1000)
-        view.probing = True
+        view.probing, view.probe_until = True, time.monotonic() + self.settings.open_s
         self._set(route, State.HALF_OPEN)
         return None
 

@@ -22,6 +22,8 @@ from proxy.envelope import Action, Category, Envelope, RepeatInfo, SessionPatter
 
 #: entries of the session summary's ``repeats``, most repeated first
 SUMMARY_REPEATS = 50
+#: characters of a request method kept (a method is any token, as long as the request line)
+MAX_METHOD_CHARS = 32
 
 
 def _digest(*parts: str) -> str:
@@ -87,6 +89,7 @@ class Review:
         """The envelope with what this session's earlier failures say about it."""
         session = self.sessions.identify(headers, client)
         now_ms = int(time.time() * 1000)
+        method = method[:MAX_METHOD_CHARS]
         request = _digest(session, method, route, path, body)
         due = now_ms + (envelope.retry_after_ms or 0) if envelope.retryable else None
         failure = Failure(

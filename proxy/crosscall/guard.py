@@ -41,9 +41,13 @@ class Guard:
         )
         self._logged_at = -float("inf")
         self._suppressed = 0
+        #: False for a store in this process, which never waits: no timer is armed for it
+        self.bounded = True
 
     async def run(self, operation: str, work: Awaitable[T]) -> T | None:
         """``work``'s result, or ``None`` if it failed or took longer than the timeout."""
+        if not self.bounded:
+            return await work
         try:
             async with asyncio.timeout(self.timeout_s):
                 return await work

@@ -43,14 +43,19 @@ class _Session:
     def size(self) -> int:
         return len(self.repeats) + sum(len(r) for r in self.requests.values())
 
-    def expire(self, oldest_ms: int) -> None:
+    def expire(self, oldest_ms: int) -> int:
+        """Drop what is older than ``oldest_ms``; how many entries went."""
+        gone = 0
         for key in [k for k, e in self.repeats.items() if e.first_ms < oldest_ms]:
             del self.repeats[key]
+            gone += 1
         for category, seen in list(self.requests.items()):
             for key in [k for k, at in seen.items() if at < oldest_ms]:
                 del seen[key]
+                gone += 1
             if not seen:
                 del self.requests[category]
+        return gone
 
 
 class MemoryStore:
@@ -66,11 +71,11 @@ class MemoryStore:
     async def record(self, failure: Failure) -> Seen:
         session = self._session(failure.session, failure.now_ms - failure.window_ms)
         session.last_ms = failure.now_ms
-        before = session.size
         entry = session.repeats.get(failure.fingerprint)
         previous_due = entry.due_ms if entry is not None else None
         if entry is None:
             if len(session.repeats) >= MAX_REPEATS_PER_SESSION:
+                self.entries -= len(session.repeats)
                 session.repeats.clear()
             entry = session.repeats[failure.fingerprint] = _Entry(
                 0,
@@ -80,12 +85,15 @@ class MemoryStore:
                 failure.path[:MAX_PATH_CHARS],
                 failure.code,
             )
+            self.entries += 1
         entry.count += 1
         entry.due_ms = failure.retry_due_ms
         seen = session.requests.setdefault(failure.category, {})
-        if failure.request in seen or len(seen) < MAX_REQUESTS_PER_CATEGORY:
+        if failure.request in seen:
             seen[failure.request] = failure.now_ms
-        self.entries += session.size - before
+        elif len(seen) < MAX_REQUESTS_PER_CATEGORY:
+            seen[failure.request] = failure.now_ms
+            self.entries += 1
         self._evict(keep=failure.session)
         categories = {c: len(r) for c, r in session.requests.items()}
         return Seen(entry.count, entry.first_ms, previous_due, categories)
@@ -94,9 +102,7 @@ class MemoryStore:
         found = self._sessions.get(session)
         if found is None:
             return Summary({}, [])
-        before = found.size
-        found.expire(now_ms - window_ms)
-        self.entries += found.size - before
+        self.entries -= found.expire(now_ms - window_ms)
         repeats = [
             Repeat(e.method, e.path, e.code, e.count, e.first_ms) for e in found.repeats.values()
         ]
@@ -108,9 +114,7 @@ class MemoryStore:
             session = self._sessions[key] = _Session()
         else:
             self._sessions.move_to_end(key)
-            before = session.size
-            session.expire(oldest_ms)
-            self.entries += session.size - before
+            self.entries -= session.expire(oldest_ms)
         return session
 
     def _evict(self, keep: str) -> None:

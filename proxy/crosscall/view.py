@@ -34,6 +34,7 @@ class CrossCall:
     ) -> None:
         self.store = store or make_store(state)
         guard = Guard(state.timeout_ms, state.error_log_interval_s, registry, logger)
+        guard.bounded = state.is_redis
         self.review = Review(session, self.store, guard, load_suggestions())
         self.circuits = Circuits(
             circuit, self.store, guard, registry, logger, shared=state.is_redis

@@ -16,6 +16,8 @@ from prometheus_client import CollectorRegistry, Counter
 from structlog.typing import FilteringBoundLogger
 
 T = TypeVar("T")
+#: the ``operation`` label's values
+OPERATIONS = ("record", "summary", "circuit")
 
 
 class StateError(Exception):
@@ -39,6 +41,8 @@ class Guard:
             ["operation"],
             registry=registry,
         )
+        for operation in OPERATIONS:  # every series exists from the start, at 0
+            self.errors.labels(operation)
         self._logged_at = -float("inf")
         self._suppressed = 0
         #: False for a store in this process, which never waits: no timer is armed for it

@@ -560,11 +560,13 @@ async def run_agent(
 ) -> RunReport:
     """Work every task (concurrently) and report what got done."""
     settings = settings or AgentSettings()
+    client = client_id or f"agent-{mode}-{secrets.token_hex(4)}"
     headers = {
         "Accept": "application/json",
         # The demo API keeps rate limits, tokens and orders per client; a fresh id per run keeps
-        # runs from seeing each other's state.
-        "X-Client-Id": client_id or f"agent-{mode}-{secrets.token_hex(4)}",
+        # runs from seeing each other's state. mend's session (its repeats) is the run, too.
+        "X-Client-Id": client,
+        "X-Agent-Session": client,
     }
     task_list = list(tasks) if tasks is not None else default_tasks()
     async with aiohttp.ClientSession(base_url=base_url, headers=headers) as session:

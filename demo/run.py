@@ -289,6 +289,38 @@ async def show_pairs(printer: Printer, api_url: str, mend_url: str) -> None:
                     printer.line(f"    {body_line}")
 
 
+#: The call a looping agent keeps sending unchanged (it ignores ``fix_request``).
+LOOPED = Call("POST", "/api/orders", {"sku": "WIDGET-1", "qty": 0})
+
+
+async def show_loop(printer: Printer, mend_url: str) -> None:
+    """An agent that resends the same invalid request: mend counts it across calls and, on
+    the third time, tells it to stop (``escalate``)."""
+    printer.heading("2. An agent that loops: the same invalid request, three times")
+    printer.line(
+        printer.dim(
+            "mend remembers the session's failures (X-Agent-Session here); the third identical "
+            "failure is escalate, with fix and stop spelled out."
+        )
+    )
+    headers = {"Accept": "application/json", "X-Agent-Session": "looping-agent"}
+    async with aiohttp.ClientSession(base_url=mend_url, headers=headers) as session:
+        error: dict[str, Any] = {}
+        for attempt in range(1, 4):
+            async with session.post(LOOPED.path, json=LOOPED.json) as resp:
+                error = (await resp.json())["error"]
+            repeat = error.get("repeat") or {}
+            printer.line(
+                f"  ({attempt}) {LOOPED.describe()} {json.dumps(LOOPED.json)} -> HTTP "
+                f"{resp.status} {error['code']}, action {error['action']}, "
+                f"repeat {repeat.get('count', '-')}"
+            )
+    printer.line("  the third envelope says:")
+    shown = {k: error.get(k) for k in ("action", "severity", "hint", "steps", "repeat")}
+    for body_line in json.dumps(shown, indent=2, ensure_ascii=False).splitlines():
+        printer.line(f"    {body_line}")
+
+
 async def scrape_errors(admin_url: str, limit: int = 8) -> list[str]:
     async with aiohttp.ClientSession() as session, session.get(f"{admin_url}/metrics") as resp:
         text = await resp.text()
@@ -343,8 +375,9 @@ async def _demo_body(
         await _generate_traffic(args.requests, printer, mend_url)
     else:
         await show_pairs(printer, api_url, mend_url)
+        await show_loop(printer, mend_url)
         printer.heading(
-            f"2. A scripted agent works {len(default_tasks())} tasks: raw, then through mend"
+            f"3. A scripted agent works {len(default_tasks())} tasks: raw, then through mend"
         )
         printer.line(
             printer.dim(
@@ -359,7 +392,7 @@ async def _demo_body(
         printer.line(format_report(mended, label="through mend", color=printer.color))
         printer.line()
         printer.line(_rate_line(raw, mended))
-    printer.heading("3. Metrics")
+    printer.heading("4. Metrics")
     printer.line(f"Prometheus metrics: {admin_url}/metrics   (a few mend_errors_total lines:)")
     for metric in await scrape_errors(admin_url):
         printer.line(f"  {metric}")

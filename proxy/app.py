@@ -27,9 +27,12 @@ from proxy.build import BuildOptions
 from proxy.catalog import BASE as CATALOG_BASE
 from proxy.catalog import Catalog, catalog_pages
 from proxy.connection import AgentServer
+from proxy.crosscall.review import body_digest
+from proxy.crosscall.view import CrossCall
 from proxy.engine import Engine, Loaded, RuleStore
 from proxy.envelope import Envelope
 from proxy.evaluate import (
+    Answer,
     Evaluation,
     answer,
     answer_exchange,
@@ -38,6 +41,7 @@ from proxy.evaluate import (
 )
 from proxy.exchange import NOT_JSON, Exchange
 from proxy.failures import (
+    CircuitOpen,
     ForwardProxyRefused,
     ProxyBug,
     ProxyFailure,
@@ -60,6 +64,7 @@ from proxy.protocols.sse import Event, EventRewriter
 from proxy.redact import Redactor, is_internal_header
 from proxy.render import Negotiator, Rendering, render, safe_header_value
 from proxy.request_id import request_id
+from proxy.rulecheck import OWN_FAILURE_VARS
 from proxy.ruleset import Match, RuleSet
 from proxy.settings import Route, Settings
 from proxy.target import upstream_target
@@ -80,6 +85,8 @@ _RID: web.RequestKey[str] = web.RequestKey("mend.request_id", str)
 _GEN: web.RequestKey[Generation] = web.RequestKey("mend.generation", Generation)
 #: Seconds a request body may take before ``client_body_min_rate`` applies (Kestrel's grace).
 _BODY_RATE_GRACE_S = 5.0
+#: the caller's own session summary, on the agent port (CONTRACT §7)
+SESSION_PATH = "/_mend/session"
 
 
 class Proxy:
@@ -89,7 +96,12 @@ class Proxy:
         metrics: Metrics,
         logger: FilteringBoundLogger,
         detector: Detector,
+        crosscall: CrossCall,
     ) -> None:
+        #: repeats, session patterns and circuits: what one call cannot see (proxy/crosscall)
+        self.crosscall = crosscall
+        self.circuits = crosscall.circuits
+        self.circuits.start(r.name for r in store.settings.routes)
         self.store = store
         self.metrics = metrics
         self.log = logger
@@ -120,6 +132,8 @@ class Proxy:
         new = self._generation = old.succeeded_by(loaded)
         if loaded.settings != old.settings:
             unverified(loaded.settings.routes, self.log)
+            known = {r.name for r in old.settings.routes}
+            self.circuits.start(r.name for r in loaded.settings.routes if r.name not in known)
         self._draining.add(old)
         if old.retire():
             self._close(old)
@@ -167,10 +181,14 @@ class Proxy:
             sent = self._body(request, call) if request.body_exists else None
             if route.validate_requests:
                 sent = await self.openapi.check(request, route, sent)
-            # 1. forward
+            # 1. forward, unless the route's circuit is open
+            if self.circuits.enabled and (wait := await self.circuits.blocked_ms(route_name)):
+                raise CircuitOpen(f"circuit open for {wait} ms more", wait_ms=wait)
             with upstream_errors():
                 upstream = await self._forward(request, runtime, target, rid, sent)
             upstream_s = time.perf_counter() - started
+            if self.circuits.counts(upstream.status) or self.circuits.dirty(route_name):
+                await self._circuit(route_name, upstream.status)
             self.metrics.for_route(route_name).upstream_duration.observe(upstream_s)
         except ProxyFailure as failure:
             return await self._fail(request, exchange, runtime, failure, started, upstream_s, call)
@@ -233,7 +251,7 @@ class Proxy:
             exchange.content_type = upstream.content_type.lower()
             exchange.text, exchange.json, exchange.truncated = body.text, body.json, body.truncated
             # 4-7. match, build, redact, render: in the agent's protocol when it speaks one
-            answered = self._answer(request, runtime, ruleset, exchange, upstream, call)
+            answered = await self._answer(request, runtime, ruleset, exchange, upstream, call)
             if answered is None:  # an inspected success that no rule calls an error
                 response = await self._send_buffered(request, upstream, raw)
                 return await self._finish(
@@ -591,7 +609,7 @@ class Proxy:
             request, exchange, response, started, upstream_s, outcome, envelope
         )
 
-    def _answer(
+    async def _answer(
         self,
         request: web.BaseRequest,
         runtime: RouteRuntime,
@@ -614,9 +632,10 @@ class Proxy:
         answered = answer_exchange(ruleset, exchange, call, self.detector, redactor, options)
         if answered is None:
             return None
+        status = exchange.status or 502
+        answered = await self._reviewed(request, exchange, call, answered, status)
         for evaluation in answered.evaluations:
             self._count(request, exchange, evaluation, answered.protocol)
-        status = exchange.status or 502
         return self._reply(
             request,
             route,
@@ -627,21 +646,6 @@ class Proxy:
             exchange,
             call,
         )
-
-    def _envelope_response(
-        self,
-        request: web.BaseRequest,
-        route: Route | None,
-        exchange: Exchange,
-        match: Match,
-        upstream: aiohttp.ClientResponse | None,
-        status: int | None = None,
-    ) -> tuple[web.Response, Envelope]:
-        redactor = self._redactor(request, exchange.route)
-        evaluation = rewrite(match, exchange, redactor, self._options(request))
-        self._count(request, exchange, evaluation, None)
-        http_status = status or exchange.status or 502
-        return self._reply(request, route, [evaluation], upstream, http_status, None, exchange)
 
     def _count(
         self,
@@ -742,7 +746,11 @@ class Proxy:
     ) -> web.StreamResponse:
         if call is not None:
             await self._read_rest(request, call)
-        response, envelope = self._failure(request, exchange, runtime, failure, call)
+        if failure.upstream and runtime is not None:
+            await self._circuit(runtime.route.name, None, failure.reason)
+        answered = self._failure_answer(request, exchange, failure, call)
+        answered = await self._reviewed(request, exchange, call, answered, failure.status)
+        response, envelope = self._failure_reply(request, exchange, runtime, failure, answered)
         outcome = getattr(failure, "outcome", "proxy_failure")  # "rejected": proxy/openapi
         return await self._finish(
             request, exchange, response, started, upstream_s, outcome, envelope, failure
@@ -773,26 +781,103 @@ class Proxy:
         failure: ProxyFailure,
         call: Call | None = None,
     ) -> tuple[web.Response, Envelope]:
+        answered = self._failure_answer(request, exchange, failure, call)
+        return self._failure_reply(request, exchange, runtime, failure, answered)
+
+    def _failure_answer(
+        self,
+        request: web.BaseRequest,
+        exchange: Exchange,
+        failure: ProxyFailure,
+        call: Call | None,
+    ) -> Answer:
+        """The envelope of a failure mend met itself, in the agent's protocol when it speaks one."""
         if failure.upstream:
             self.metrics.upstream_failures.labels(exchange.route, failure.reason).inc()
         exchange.status = None
         rule = request[_GEN].loaded.engine.own[failure.rule]
         found: dict[str, Any] = {}
-        if "limit" in failure.context:
-            found["limit"] = failure.context["limit"]
+        for name in OWN_FAILURE_VARS & failure.context.keys():
+            found[name] = failure.context[name]
         match = Match(rule, found)
-        route = runtime.route if runtime else None
         protocol = self.detector.resolve(call) if call is not None else None
+        if protocol is not None and call is not None:
+            described(protocol, call, exchange)
+        evaluation = rewrite(
+            match, exchange, self._redactor(request, exchange.route), self._options(request)
+        )
         if protocol is None or call is None:
-            return self._envelope_response(
-                request, route, exchange, match, None, status=failure.status
-            )
-        described(protocol, call, exchange)
-        redactor = self._redactor(request, exchange.route)
-        evaluation = rewrite(match, exchange, redactor, self._options(request))
-        self._count(request, exchange, evaluation, protocol)
+            return Answer(None, [evaluation])
         rendered = protocol.render_whole(call, evaluation.envelope, failure.status)
-        return self._reply(request, route, [evaluation], None, failure.status, rendered)
+        return Answer(rendered, [evaluation], protocol)
+
+    def _failure_reply(
+        self,
+        request: web.BaseRequest,
+        exchange: Exchange,
+        runtime: RouteRuntime | None,
+        failure: ProxyFailure,
+        answered: Answer,
+    ) -> tuple[web.Response, Envelope]:
+        for evaluation in answered.evaluations:
+            self._count(request, exchange, evaluation, answered.protocol)
+        route = runtime.route if runtime else None
+        return self._reply(
+            request, route, answered.evaluations, None, failure.status, answered.rendered, exchange
+        )
+
+    # --- the cross-call view ------------------------------------------------------------------
+
+    async def _reviewed(
+        self,
+        request: web.BaseRequest,
+        exchange: Exchange,
+        call: Call | None,
+        answered: Answer,
+        status: int,
+    ) -> Answer:
+        """The answer with this session's repeats and patterns in its envelope (one store call;
+        none if the store does not answer in time). A response holding several errors (a
+        batch, GraphQL errors) is left as it is."""
+        if len(answered.evaluations) != 1 or len(answered.units) > 1:
+            return answered
+        evaluation = answered.evaluations[0]
+        length = request.content_length
+        if length is None and call is not None:
+            length = call.seen
+        envelope = await self.crosscall.review.envelope(
+            evaluation.envelope,
+            headers=request.headers,
+            client=request.remote,
+            method=request.method,
+            route=exchange.route,
+            path=request.raw_path,
+            body=body_digest(bytes(call.tee) if call and call.tee is not None else None, length),
+        )
+        if envelope is evaluation.envelope:
+            return answered
+        evaluation.envelope = envelope
+        protocol = answered.protocol
+        if protocol is not None and answered.rendered is not None and call is not None:
+            answered.rendered = (
+                protocol.render(call, exchange, [(answered.units[0], envelope)])
+                if answered.units  # one error in the protocol's shape (an MCP tool result)
+                else protocol.render_whole(call, envelope, status)
+            )
+        return answered
+
+    async def _circuit(self, route: str, status: int | None, reason: str = "") -> None:
+        """Tell the route's circuit how the upstream answered (``status``; ``None``: a failure
+        mend met, ``reason``)."""
+        if status is None:
+            if reason in ("unreachable", "timeout"):
+                await self.circuits.failed(route, reason)
+            else:
+                await self.circuits.succeeded(route)  # it answered, if badly
+        elif self.circuits.counts(status):
+            await self.circuits.failed(route, f"status {status}")
+        else:
+            await self.circuits.succeeded(route)
 
     # --- send and observe ----------------------------------------------------------------------
 
@@ -882,11 +967,20 @@ class Proxy:
         for tunnel in list(self.tunnels):
             tunnel.stop()
 
+    async def session(self, request: web.BaseRequest) -> web.Response:
+        """``GET /_mend/session``: the caller's own session, as the store knows it."""
+        started = time.perf_counter()
+        summary = await self.crosscall.review.summary(request.headers, request.remote)
+        response = web.json_response(summary, headers={"Cache-Control": "no-store"})
+        return self.served_locally(request, response, started)
+
     async def close(self) -> None:
-        """Close every pool: the configuration in force, and any a drained request left."""
+        """Close every pool (the configuration in force, and any a drained request left) and the
+        cross-call store."""
         for generation in [*self._draining, self._generation]:
             self._close(generation)
         await asyncio.gather(*self._closing)
+        await self.crosscall.close()
 
 
 #: Media types whose bodies are read as they arrive, event by event, never whole.
@@ -1010,6 +1104,8 @@ class MendServer(AgentServer):
     async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
         if (refused := self.too_many(request)) is not None:
             return refused
+        if request.path == SESSION_PATH and request.method == "GET":
+            return await self.proxy.session(request)
         if request.path.startswith(CATALOG_BASE):
             started = time.perf_counter()
             page = await self.pages(request)
@@ -1044,7 +1140,9 @@ def create_app(
         settings, engine or Engine.load(settings), on_reload=[metrics.reloaded], source=source
     )
     metrics.reloaded(True, store.engine.rule_count)
-    proxy = Proxy(store, metrics, logger or make_logger(), Detector(default_protocols()))
+    logger = logger or make_logger()
+    crosscall = CrossCall(settings.session, settings.state, settings.circuit, registry, logger)
+    proxy = Proxy(store, metrics, logger, Detector(default_protocols()), crosscall)
     catalog = Catalog(store)
     store.on_reload.append(catalog.refresh)
     # mend writes its own access log line (``Proxy._finish``); aiohttp's would be a second one

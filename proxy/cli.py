@@ -40,7 +40,8 @@ from proxy.workers import run_workers
 
 def _config_source(args: argparse.Namespace, overrides: dict[str, object]) -> ConfigSource:
     """``--config FILE`` with the flags that override its keys: read now, and on every reload."""
-    return ConfigSource(Path(args.config), overrides, tuple(map(Path, args.rules or ())))
+    rules = tuple(map(Path, args.rules or ()))
+    return ConfigSource(Path(args.config), overrides, rules, getattr(args, "state", None))
 
 
 def _settings_from_args(args: argparse.Namespace) -> tuple[Settings, ConfigSource | None]:
@@ -57,6 +58,9 @@ def _settings_from_args(args: argparse.Namespace) -> tuple[Settings, ConfigSourc
         overrides["watch_rules"] = False
     if getattr(args, "workers", None):
         overrides["workers"] = args.workers
+    state = getattr(args, "state", None)
+    if state and not args.config:
+        overrides["state"] = state
     overrides.update(_listener_tls(args))
     upstream_tls = _upstream_tls(args)
     if args.config:
@@ -125,6 +129,7 @@ _FLAGS = {
     "rules": "--rules",
     "openapi": "--openapi",
     "validate_requests": "--validate-requests",
+    "state": "--state",
 }
 
 
@@ -491,6 +496,12 @@ def _parser() -> argparse.ArgumentParser:
         "--no-watch",
         action="store_true",
         help="do not poll rule, config and certificate files (SIGHUP and POST /-/reload still do)",
+    )
+    run.add_argument(
+        "--state",
+        metavar="URL",
+        help="where repeats, session patterns and circuits are kept: memory (default) or "
+        "redis://host:port/db, shared by every replica using it",
     )
     tls = run.add_argument_group("TLS (certificates reload with the rules: SIGHUP, POST /-/reload)")
     tls.add_argument("--tls-cert", metavar="FILE", help="serve agents HTTPS with this PEM chain")

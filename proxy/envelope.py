@@ -61,6 +61,26 @@ class InvalidField(BaseModel):
     documented: bool | None = None
 
 
+class RepeatInfo(BaseModel):
+    """``repeat`` (CONTRACT §7): this session sent the same request and got the same code."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    count: int
+    window_s: int
+    first_at: str  # RFC 3339, UTC
+
+
+class SessionPattern(BaseModel):
+    """One entry of ``session_patterns`` (CONTRACT §7): a category recurring in the session."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    category: Category
+    count: int
+    suggestion: str
+
+
 class Envelope(BaseModel):
     """Every field of CONTRACT §1; absent knowledge is ``None`` or ``[]``, never omitted."""
 
@@ -92,6 +112,9 @@ class Envelope(BaseModel):
     #: (``{method, path, query, body}``), when the route has an OpenAPI document (CONTRACT §8)
     operation: dict[str, str] | None = None
     example_request: dict[str, Any] | None = None
+    #: the cross-call fields (``proxy/crosscall``): absent from the document when unknown
+    repeat: RepeatInfo | None = None
+    session_patterns: tuple[SessionPattern, ...] = ()
 
     @model_validator(mode="after")
     def _retry_invariants(self) -> Envelope:
@@ -102,8 +125,14 @@ class Envelope(BaseModel):
         return self
 
     def as_dict(self) -> dict[str, Any]:
-        """The ``error`` object's members, in contract order, JSON-ready."""
-        return self.model_dump(mode="json")
+        """The ``error`` object's members, in contract order, JSON-ready; the cross-call
+        fields only when they say something."""
+        data = self.model_dump(mode="json")
+        if data["repeat"] is None:
+            del data["repeat"]
+        if not data["session_patterns"]:
+            del data["session_patterns"]
+        return data
 
 
 def envelope_body(envelope: Envelope) -> dict[str, Any]:

@@ -34,6 +34,14 @@ class UpstreamTimeout(ProxyFailure):
     rule, reason, status = "proxy.upstream_timeout", "timeout", 504
 
 
+class CircuitOpen(ProxyFailure):
+    """The route's circuit is open (``proxy/crosscall/circuit.py``): answered at once, the
+    upstream untouched; ``wait_ms`` is the time left."""
+
+    rule, reason, status = "proxy.upstream_unavailable", "circuit_open", 503
+    upstream = False
+
+
 class UpstreamProtocolError(ProxyFailure):
     rule, reason, status = "proxy.upstream_protocol_error", "protocol_error", 502
 

@@ -25,7 +25,7 @@ BUILTINS = frozenset(
     | {"protocol", "rpc_method", "tool"}  # proxy/protocols: None on plain HTTP
 )
 #: Variables mend's own failures add (``app.Proxy._failure``): only in the ``proxy`` pack.
-OWN_FAILURE_VARS = frozenset({"limit"})
+OWN_FAILURE_VARS = frozenset({"limit", "wait_ms"})
 #: Families of built-ins, by prefix: any header of the response or of the request.
 BUILTIN_PREFIXES = ("headers.", "request_headers.")
 #: Envelope fields that are templates (``EnvelopeSpec``); ``invalid_fields`` items too.

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from yarl import URL
 
+from proxy.crosscall.config import CircuitSettings, SessionSettings, StateSettings
 from proxy.protocols.base import ProtocolName
 from proxy.redaction.config import RedactionSettings
 from proxy.render import Rendering
@@ -210,6 +211,13 @@ class Settings(_Model):
     #: what redaction adds for every route: secrets, internal names, words never shown, allowed
     #: ids, detector files (``proxy/redaction/config.py``); reloaded with the rules
     redaction: RedactionSettings = RedactionSettings()
+    # --- the cross-call view (``proxy/crosscall``, CONTRACT §7) -------------------------------
+    #: how sessions are told apart, and when a repeat is a loop
+    session: SessionSettings = Field(default_factory=SessionSettings)
+    #: ``memory`` or ``redis://host:port/db`` (``--state``), and how long to wait for it
+    state: StateSettings = StateSettings()
+    #: each route's circuit breaker
+    circuit: CircuitSettings = CircuitSettings()
 
     @field_validator("listen", "admin_listen")
     @classmethod
@@ -246,6 +254,10 @@ RESTART_SETTINGS = (
     "shutdown_timeout",
     "watch_rules",
     "admin_token",
+    # the cross-call view's store, session keys and circuits are built once, at start
+    "session",
+    "state",
+    "circuit",
 )
 
 
@@ -268,12 +280,22 @@ class ConfigSource:
     path: Path
     overrides: dict[str, object] = field(default_factory=dict)
     extra_rules: tuple[Path, ...] = ()
+    #: ``--state URL``: the store's URL replaced, the rest of the file's ``state:`` kept
+    state_url: str | None = None
 
     def load(self) -> Settings:
         """The settings as the file says now; ``RuleError`` with ``file:line`` problems."""
         settings = load_settings(self.path, dict(self.overrides))
         if self.extra_rules:
             settings = settings.model_copy(update={"rules": (*self.extra_rules, *settings.rules)})
+        if self.state_url is not None:
+            try:
+                state = StateSettings.model_validate(
+                    {**settings.state.model_dump(), "url": self.state_url}
+                )
+            except ValidationError as exc:
+                raise RuleError([f"--state: {e['msg']}" for e in exc.errors()]) from None
+            settings = settings.model_copy(update={"state": state})
         return settings
 
 

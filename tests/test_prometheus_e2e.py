@@ -276,7 +276,11 @@ def mend_config(path: Path, up: Upstreams) -> None:
                         "read_timeout": 0.3,
                     },
                     {"name": "api", "prefix": "/", "upstream": f"{local}:{up.http_port}"},
-                ]
+                ],
+                # /maintenance's twenty 503s in a row would open the api route's circuit and
+                # answer the next round's /ok with UPSTREAM_UNAVAILABLE; unreachable and timed
+                # out upstreams still open theirs (the circuit panel shows them)
+                "circuit": {"statuses": [502, 504]},
             }
         ),
         encoding="utf-8",

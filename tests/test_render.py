@@ -315,7 +315,9 @@ def test_json_is_the_contract_document(envelope: Envelope) -> None:
     """The default rendering is {"error": {...}} with every field in contract order."""
     document = _json_rendering(envelope)
     assert document == envelope_body(envelope)
-    assert list(document["error"]) == list(Envelope.model_fields)
+    # the cross-call fields (CONTRACT §7) are absent until a session repeats itself
+    absent = {"repeat", "session_patterns"}
+    assert list(document["error"]) == [f for f in Envelope.model_fields if f not in absent]
 
 
 @pytest.mark.parametrize("envelope", ENVELOPES.values(), ids=ENVELOPES.keys())
@@ -683,3 +685,21 @@ def test_any_text_keeps_every_rendering_parseable(base: Envelope, message: str, 
         assert len(lines) == len(_prose_parts(_body(base, rendering))[0])
         assert json.loads(json_line) == document
         assert json.loads(body_text.splitlines()[-1]) == document
+
+
+def test_cross_call_fields_follow_in_contract_order_when_known() -> None:
+    """``repeat`` and ``session_patterns`` close the document once a session repeats itself."""
+    from proxy.envelope import RepeatInfo, SessionPattern  # noqa: PLC0415
+
+    envelope = next(iter(ENVELOPES.values())).model_copy(
+        update={
+            "repeat": RepeatInfo(count=2, window_s=600, first_at="2026-11-25T03:00:00.000Z"),
+            "session_patterns": (
+                SessionPattern(category="auth", count=3, suggestion="Reauthenticate."),
+            ),
+        }
+    )
+    document = _json_rendering(envelope)
+    assert list(document["error"]) == list(Envelope.model_fields)
+    assert document["error"]["repeat"]["count"] == 2
+    assert document["error"]["session_patterns"][0]["category"] == "auth"

@@ -1,0 +1,7 @@
+"""The cross-call view (CONTRACT §7): what one call cannot see on its own.
+
+Sessions (``session.py``), the state they share across replicas (``store.py``: in memory or in
+Redis), repeated failures and session patterns written into envelopes (``review.py``), and a
+circuit breaker per route (``circuit.py``). The proxy calls it only for failures: a success does
+no work here beyond a dictionary look-up of its route's circuit.
+"""

@@ -1,0 +1,406 @@
+"""The cross-call view in one mend (memory store): repeats, loops, patterns, sessions, circuits."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+import time
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from proxy.crosscall.config import SessionSettings, StateSettings
+from proxy.crosscall.memory import MemoryStore
+from proxy.crosscall.patterns import load_suggestions
+from proxy.crosscall.session import Sessions
+from proxy.settings import Route, Settings
+from tests.conftest import Mend, StartMend, StartUpstream
+from tests.test_app import free_port
+
+FASTAPI_422 = {"detail": [{"loc": ["body", "qty"], "msg": "must be > 0", "type": "value_error"}]}
+RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
+async def _invalid(_: web.Request) -> web.Response:
+    return web.json_response(FASTAPI_422, status=422)
+
+
+async def _unauthorized(_: web.Request) -> web.Response:
+    return web.json_response({"error": "invalid_token"}, status=401)
+
+
+async def _limited(_: web.Request) -> web.Response:
+    return web.json_response({"error": "slow down"}, status=429, headers={"Retry-After": "5"})
+
+
+async def _ok(_: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+def _store(mend: Mend) -> MemoryStore:
+    server: Any = mend.client.server  # conftest's MendTestServer
+    store = server.mend.proxy.crosscall.store
+    assert isinstance(store, MemoryStore)
+    return store
+
+
+async def _post(mend: Any, path: str, body: Any, session: str = "s1") -> dict[str, Any]:
+    resp = await mend.client.post(path, json=body, headers={"X-Agent-Session": session})
+    error: dict[str, Any] = (await resp.json())["error"]
+    return error
+
+
+async def test_first_failure_has_no_repeat(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """A failure seen once carries no ``repeat`` and no ``session_patterns``."""
+    mend = await start_mend(await start_upstream({"/api/orders": _invalid}))
+    error = await _post(mend, "/api/orders", {"qty": -1})
+    assert error["code"] == "VALIDATION_FAILED"
+    assert "repeat" not in error
+    assert "session_patterns" not in error
+
+
+async def test_second_identical_failure_carries_repeat(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """The same request failing the same way again: ``repeat`` with count, window, first time."""
+    mend = await start_mend(await start_upstream({"/api/orders": _invalid}))
+    await _post(mend, "/api/orders", {"qty": -1})
+    error = await _post(mend, "/api/orders", {"qty": -1})
+    assert error["repeat"]["count"] == 2
+    assert error["repeat"]["window_s"] == 600
+    assert RFC3339.match(error["repeat"]["first_at"])
+    assert error["action"] == "fix_request"  # not a loop yet
+
+
+async def test_third_identical_failure_escalates(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """At escalate_after identical non-retryable failures: escalate, fatal, told to stop, and
+    the original advice kept as the next step."""
+    mend = await start_mend(await start_upstream({"/api/orders": _invalid}))
+    first = await _post(mend, "/api/orders", {"qty": -1})
+    await _post(mend, "/api/orders", {"qty": -1})
+    third = await _post(mend, "/api/orders", {"qty": -1})
+    assert third["action"] == "escalate"
+    assert third["severity"] == "fatal"
+    assert third["retryable"] is False
+    assert "failed 3 times" in third["hint"]
+    assert "do not send it again unchanged" in third["steps"][0]
+    assert third["steps"][1] == first["hint"]
+    assert third["repeat"]["count"] == 3
+    assert third["field"] == first["field"]  # the per-call diagnosis is kept
+
+
+async def test_changed_body_is_not_a_repeat(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """An agent that changes its request is not looping: a different body starts afresh."""
+    mend = await start_mend(await start_upstream({"/api/orders": _invalid}))
+    await _post(mend, "/api/orders", {"qty": -1})
+    await _post(mend, "/api/orders", {"qty": -1})
+    error = await _post(mend, "/api/orders", {"qty": -2})
+    assert "repeat" not in error
+    assert error["action"] == "fix_request"
+
+
+async def test_sessions_do_not_share_repeats(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """Two agents (two session headers) sending the same bad request are not each other's loop."""
+    mend = await start_mend(await start_upstream({"/api/orders": _invalid}))
+    await _post(mend, "/api/orders", {"qty": -1}, session="a")
+    await _post(mend, "/api/orders", {"qty": -1}, session="a")
+    error = await _post(mend, "/api/orders", {"qty": -1}, session="b")
+    assert "repeat" not in error
+
+
+async def test_retryable_retried_early_is_told_how_long_to_wait(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """A 429 retried before its retry_after_ms: "wait N ms more"; a retryable never escalates."""
+    mend = await start_mend(await start_upstream({"/api/orders": _limited}))
+    for _ in range(2):
+        await _post(mend, "/api/orders", {"q": 1})
+    error = await _post(mend, "/api/orders", {"q": 1})
+    assert error["action"] == "retry"
+    assert error["repeat"]["count"] == 3
+    wait = re.search(r"wait ([\d,]+) ms more", error["hint"])
+    assert wait is not None, error["hint"]
+    assert 4000 <= int(wait.group(1).replace(",", "")) <= 5000
+
+
+async def test_pattern_across_different_requests(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """401 on three different endpoints: an auth session pattern with its suggestion; the
+    per-call fields stay what the call alone says."""
+    mend = await start_mend(await start_upstream({"/api/{name}": _unauthorized}))
+    first = await _post(mend, "/api/a", {})
+    second = await _post(mend, "/api/b", {})
+    third = await _post(mend, "/api/c", {})
+    assert "session_patterns" not in second
+    assert third["session_patterns"] == [
+        {"category": "auth", "count": 3, "suggestion": load_suggestions()["auth"]}  # type: ignore[index]
+    ]
+    for key in ("code", "action", "severity", "retryable", "category"):
+        assert third[key] == first[key], key
+    assert third["hint"] == first["hint"].replace("/api/a", "/api/c")
+    assert "repeat" not in third
+
+
+async def test_same_request_repeated_is_not_a_pattern(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """Patterns count different requests: one request failing three times is a repeat only."""
+    mend = await start_mend(await start_upstream({"/api/{name}": _unauthorized}))
+    for _ in range(3):
+        error = await _post(mend, "/api/a", {})
+    assert "session_patterns" not in error
+    assert error["repeat"]["count"] == 3
+
+
+async def test_session_summary_shows_only_the_callers_session(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """``GET /_mend/session`` answers with the caller's own failures, never another session's."""
+    mend = await start_mend(await start_upstream({"/api/{name}": _unauthorized}))
+    await _post(mend, "/api/mine", {}, session="me")
+    await _post(mend, "/api/mine", {}, session="me")
+    await _post(mend, "/api/theirs", {}, session="other")
+    resp = await mend.client.get("/_mend/session", headers={"X-Agent-Session": "me"})
+    assert resp.status == 200
+    summary = await resp.json()
+    assert summary["available"] is True
+    assert summary["failures_by_category"] == {"auth": 1}
+    assert [(r["path"], r["count"]) for r in summary["repeats"]] == [("/api/mine", 2)]
+    assert "theirs" not in await resp.text()
+    assert summary["session"] != "me"  # an id derived from it, not the header itself
+
+
+async def test_credentials_are_never_stored_or_logged(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """A session from the Authorization header: the token is in no log line and no store key."""
+    token = "Bearer sk-live-0123456789abcdef0123"
+    mend = await start_mend(await start_upstream({"/api/{name}": _unauthorized}))
+    for path in ("/api/a", "/api/b"):
+        await mend.client.get(path, headers={"Authorization": token})
+    store = _store(mend)
+    assert "sk-live" not in mend.log.getvalue()
+    assert all("sk-live" not in key for key in store._sessions)
+    assert len(store._sessions) == 1
+
+
+def test_session_id_depends_on_the_secret() -> None:
+    """Replicas with the same secret agree on a credential's session; another secret does not,
+    and the id never contains the credential."""
+    headers = {"Authorization": "Bearer abc"}
+    one = Sessions(SessionSettings(secret="a" * 32)).identify(headers, "10.0.0.1")
+    two = Sessions(SessionSettings(secret="a" * 32)).identify(headers, "10.0.0.1")
+    other = Sessions(SessionSettings(secret="b" * 32)).identify(headers, "10.0.0.1")
+    elsewhere = Sessions(SessionSettings(secret="a" * 32)).identify(headers, "10.0.0.2")
+    assert one == two
+    assert one != other
+    assert one != elsewhere
+    assert "abc" not in one
+
+
+async def test_success_does_no_crosscall_work(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """Successes leave nothing in the store: no session, no circuit entry."""
+    mend = await start_mend(await start_upstream({"/ok": _ok}))
+    for _ in range(20):
+        assert (await mend.client.get("/ok")).status == 200
+    store = _store(mend)
+    assert store.entries == 0
+    assert not store._sessions
+    assert not store._circuits
+
+
+def test_state_short_form_and_bad_url() -> None:
+    """``state: redis://...`` is the URL; anything but memory or redis:// is refused."""
+    assert StateSettings.model_validate("redis://127.0.0.1:6379/0").url.startswith("redis://")
+    with pytest.raises(ValueError, match="redis://host:port/db"):
+        StateSettings.model_validate("http://127.0.0.1:6379")
+
+
+def test_patterns_table_names_every_category_once() -> None:
+    """The suggestion table is checked on load: an unknown category is an error."""
+    assert len(load_suggestions()) == 14
+    with pytest.raises(ValueError, match="unknown categories"):
+        load_suggestions("auth: x\nauthz: y\n")
+
+
+# --- circuit -----------------------------------------------------------------------------------
+
+
+async def test_circuit_opens_answers_at_once_and_closes_after_a_probe(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """3 consecutive 503s open the circuit: UPSTREAM_UNAVAILABLE at once without an upstream
+    call, retry_after_ms = the time left; after open_s one probe goes through and closes it."""
+    calls = []
+    healthy = False
+
+    async def flaky(_: web.Request) -> web.Response:
+        calls.append(1)
+        if healthy:
+            return web.json_response({"ok": True})
+        return web.json_response({"error": "down"}, status=503)
+
+    mend = await start_mend(
+        await start_upstream({"/api/x": flaky}), circuit={"failures": 3, "open_s": 0.5}
+    )
+    for _ in range(3):
+        await mend.client.get("/api/x")
+    assert len(calls) == 3
+    resp = await mend.client.get("/api/x")
+    error = (await resp.json())["error"]
+    assert resp.status == 503
+    assert error["code"] == "UPSTREAM_UNAVAILABLE"
+    assert error["retryable"] is True
+    assert 0 < error["retry_after_ms"] <= 500
+    assert len(calls) == 3
+    assert mend.metric("mend_circuit_state", route="default") == 1
+    await asyncio.sleep(0.55)
+    healthy = True
+    assert (await mend.client.get("/api/x")).status == 200
+    assert len(calls) == 4
+    assert mend.metric("mend_circuit_state", route="default") == 0
+    events = [line["event"] for line in mend.log_lines() if line["event"].startswith("circuit")]
+    assert events == ["circuit_open", "circuit_closed"]
+
+
+async def test_circuit_failed_probe_opens_again(start_mend: StartMend) -> None:
+    """An unreachable upstream: open after 2 failures; the probe fails too: open again."""
+    mend = await start_mend(
+        f"http://127.0.0.1:{free_port()}", circuit={"failures": 2, "open_s": 0.3}
+    )
+    codes = [(await (await mend.client.get("/x")).json())["error"]["code"] for _ in range(3)]
+    assert codes == ["UPSTREAM_UNREACHABLE", "UPSTREAM_UNREACHABLE", "UPSTREAM_UNAVAILABLE"]
+    await asyncio.sleep(0.35)
+    probe = (await (await mend.client.get("/x")).json())["error"]
+    assert probe["code"] == "UPSTREAM_UNREACHABLE"
+    after = (await (await mend.client.get("/x")).json())["error"]
+    assert after["code"] == "UPSTREAM_UNAVAILABLE"
+    assert after["retry_after_ms"] > 200
+
+
+async def test_a_success_resets_the_count(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """Failures must be consecutive: a success between them starts the count again."""
+    statuses = iter([503, 503, 200, 503, 503, 200])
+
+    async def varied(_: web.Request) -> web.Response:
+        return web.json_response({}, status=next(statuses))
+
+    mend = await start_mend(await start_upstream({"/x": varied}), circuit={"failures": 3})
+    seen = [(await mend.client.get("/x")).status for _ in range(6)]
+    assert seen == [503, 503, 200, 503, 503, 200]
+
+
+async def test_circuit_off_with_zero_failures(start_mend: StartMend) -> None:
+    """``circuit.failures: 0`` turns the breaker off."""
+    mend = await start_mend(f"http://127.0.0.1:{free_port()}", circuit={"failures": 0})
+    codes = {(await (await mend.client.get("/x")).json())["error"]["code"] for _ in range(8)}
+    assert codes == {"UPSTREAM_UNREACHABLE"}
+
+
+async def test_unreachable_store_fails_open_within_the_timeout(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """A Redis that is not there: the envelope comes without the cross-call fields, in time,
+    and the failure is counted."""
+    mend = await start_mend(
+        await start_upstream({"/api/orders": _invalid}),
+        state={"url": f"redis://127.0.0.1:{free_port()}/0", "timeout_ms": 50},
+        session={"secret": "s" * 32},
+    )
+    for _ in range(3):
+        began = time.perf_counter()
+        error = await _post(mend, "/api/orders", {"qty": -1})
+        assert time.perf_counter() - began < 1.0
+        assert error["code"] == "VALIDATION_FAILED"
+        assert "repeat" not in error
+        assert error["action"] == "fix_request"
+    assert mend.metric("mend_state_errors_total", operation="record") == 3
+    warnings = [line for line in mend.log_lines() if line["event"] == "state_store_error"]
+    assert len(warnings) == 1  # once per interval
+
+
+def test_config_accepts_the_three_blocks() -> None:
+    """``session``, ``state`` and ``circuit`` are settings like the others."""
+    settings = Settings(
+        routes=(Route(name="a", upstream="http://127.0.0.1:9"),),
+        session={"escalate_after": 4, "secret": "x" * 16},
+        state="redis://127.0.0.1:6379/2",
+        circuit={"failures": 7},
+    )
+    assert settings.session.escalate_after == 4
+    assert settings.state.is_redis
+    assert settings.circuit.failures == 7
+
+
+async def test_mcp_tool_call_resent_with_new_ids_escalates(
+    aiohttp_server: Any, start_mend: StartMend
+) -> None:
+    """An MCP agent resending the same failing tools/call (a new JSON-RPC id each time) is
+    looping too: the third tool result carries escalate in ``_meta["mend/error"]``."""
+    from demo.legacy_api import create_legacy_app  # noqa: PLC0415
+
+    mend = await start_mend(await aiohttp_server(create_legacy_app()))
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18",
+        "Mcp-Session-Id": "mcp-session-1",
+    }
+    envelopes = []
+    for call_id in (1, 2, 3):
+        call = {
+            "jsonrpc": "2.0",
+            "id": call_id,
+            "method": "tools/call",
+            "params": {"name": "create_ticket", "arguments": {"title": "t", "priority": 9}},
+        }
+        resp = await mend.client.post("/mcp", json=call, headers=headers)
+        answer = await resp.json()
+        assert answer["id"] == call_id
+        assert answer["result"]["isError"] is True
+        envelopes.append(answer["result"]["_meta"]["mend/error"])
+    assert [e.get("repeat", {}).get("count") for e in envelopes] == [None, 2, 3]
+    assert envelopes[2]["action"] == "escalate"
+    assert "failed 3 times" in envelopes[2]["hint"]
+
+
+async def test_a_probe_that_never_reports_is_given_up() -> None:
+    """A half-open probe whose request never reached the upstream (refused on the way) does
+    not hold the circuit half-open forever: after open_s another probe may go."""
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415
+
+    from proxy.crosscall.circuit import Circuits  # noqa: PLC0415
+    from proxy.crosscall.config import CircuitSettings  # noqa: PLC0415
+    from proxy.crosscall.guard import Guard  # noqa: PLC0415
+    from proxy.logs import make_logger  # noqa: PLC0415
+
+    registry, log = CollectorRegistry(), make_logger(io.StringIO())
+    circuits = Circuits(
+        CircuitSettings(failures=1, open_s=0.2),
+        MemoryStore(),
+        Guard(50, 60, registry, log),
+        registry,
+        log,
+        shared=False,
+    )
+    await circuits.failed("r", "unreachable")
+    assert (await circuits.blocked_ms("r") or 0) > 0
+    await asyncio.sleep(0.25)
+    assert await circuits.blocked_ms("r") is None  # the probe: never reports back
+    assert await circuits.blocked_ms("r") == 1000  # the others wait for it
+    await asyncio.sleep(0.25)
+    assert await circuits.blocked_ms("r") is None  # given up: a new probe

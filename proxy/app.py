@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
 
 from proxy import body as bodies
-from proxy import nesting
+from proxy import intake, nesting, relay
 from proxy.build import BuildOptions
 from proxy.catalog import BASE as CATALOG_BASE
 from proxy.catalog import Catalog, catalog_pages
@@ -45,10 +45,7 @@ from proxy.failures import (
     ForwardProxyRefused,
     ProxyBug,
     ProxyFailure,
-    RequestTimeout,
-    RequestTooLarge,
     RouteNotFound,
-    UpstreamResponseTooLarge,
     upstream_errors,
 )
 from proxy.forward import upstream_request_headers
@@ -56,7 +53,7 @@ from proxy.generation import Generation, RouteRuntime, unverified
 from proxy.logs import make_logger
 from proxy.metrics import Metrics, RepeatTracker
 from proxy.openapi.gate import OpenAPIGate
-from proxy.passthrough import PassedResponse, PassedStream, passthrough_headers
+from proxy.passthrough import passthrough_headers
 from proxy.protocols.base import Call, Inspection, Protocol, ProtocolName, Rendered
 from proxy.protocols.detect import Detector, default_protocols
 from proxy.protocols.graphql import RESPONSE_TYPE as GRAPHQL_RESPONSE
@@ -77,14 +74,9 @@ KEPT_ON_ENVELOPES = re.compile(
     re.I,
 )
 _HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
-#: Success bodies up to this size are read whole and sent in one write.
-_SMALL_BODY = 64 << 10
-_STARTED: web.RequestKey[bool] = web.RequestKey("mend.response_started", bool)
 _RID: web.RequestKey[str] = web.RequestKey("mend.request_id", str)
 #: the configuration a request runs on, from its first byte to its last (``proxy/generation.py``)
 _GEN: web.RequestKey[Generation] = web.RequestKey("mend.generation", Generation)
-#: Seconds a request body may take before ``client_body_min_rate`` applies (Kestrel's grace).
-_BODY_RATE_GRACE_S = 5.0
 #: the caller's own session summary, on the agent port (CONTRACT §7)
 SESSION_PATH = "/_mend/session"
 
@@ -175,10 +167,10 @@ class Proxy:
             target = upstream_target(request.raw_path, route.prefix, route.strip_prefix)
             # 0. protocol: what the agent speaks, from its headers; a JSON body is kept on the side
             call = self.detector.call(request, route.protocol)
-            self._check_request_size(request)
+            intake.check_size(request, gen.settings)
             # 0b. a route with validate_requests checks the request against its documented
             # operation; an invalid one ends here (the body read is forwarded as it came)
-            sent = self._body(request, call) if request.body_exists else None
+            sent = intake.body(request, gen.settings, call) if request.body_exists else None
             if route.validate_requests:
                 sent = await self.openapi.check(request, route, sent)
             # 1. forward, unless the route's circuit is open
@@ -223,7 +215,7 @@ class Proxy:
                 if is_success and protocol is None
                 else gen.settings.error_body_max_bytes
             )
-            raw, complete = await self._read_capped(
+            raw, complete = await relay.read_capped(
                 upstream,
                 limit,
                 runtime.route.error_body_timeout,
@@ -234,8 +226,8 @@ class Proxy:
                 return await self._finish(
                     request, exchange, response, started, upstream_s, "passthrough"
                 )
-            if is_success and not _may_hold_errors(protocol, upstream, raw):
-                response = await self._send_buffered(request, upstream, raw)
+            if is_success and not relay.may_hold_errors(protocol, upstream, raw):
+                response = relay.buffered(upstream, raw, rid)
                 return await self._finish(
                     request, exchange, response, started, upstream_s, "passthrough"
                 )
@@ -253,7 +245,7 @@ class Proxy:
             # 4-7. match, build, redact, render: in the agent's protocol when it speaks one
             answered = await self._answer(request, runtime, ruleset, exchange, upstream, call)
             if answered is None:  # an inspected success that no rule calls an error
-                response = await self._send_buffered(request, upstream, raw)
+                response = relay.buffered(upstream, raw, rid)
                 return await self._finish(
                     request, exchange, response, started, upstream_s, "passthrough"
                 )
@@ -268,7 +260,7 @@ class Proxy:
             self._observe(request, exchange, gone, started, upstream_s, "client_closed", None, None)
             return gone
         except Exception as exc:
-            if request.get(_STARTED):  # headers already sent: nothing left to say but abort
+            if request.get(relay.STARTED):  # headers already sent: nothing left to say but abort
                 raise
             bug = self._bug(exc)
             return await self._fail(request, exchange, runtime, bug, started, upstream_s, call)
@@ -280,53 +272,6 @@ class Proxy:
         )
 
     # --- forwarding -----------------------------------------------------------------------------
-
-    @staticmethod
-    def _check_request_size(request: web.BaseRequest) -> None:
-        limit = request[_GEN].settings.request_body_max_bytes
-        length = request.content_length
-        if limit is not None and length is not None and length > limit:
-            raise RequestTooLarge(f"Content-Length {length} > {limit}", limit=limit)
-
-    async def _body(self, request: web.BaseRequest, call: Call | None) -> AsyncIterator[bytes]:
-        """The agent's body as it arrives: a pause over ``client_body_timeout`` or more than
-        ``request_body_max_bytes`` ends it (and with it the upstream request it was feeding).
-
-        ``Expect: 100-continue`` is answered here, when the body is first wanted, as Envoy does by
-        default and nginx when it starts reading: the agent never stalls on a 100 the upstream
-        may never send (``Expect`` is not forwarded), and a request refused before its body is
-        needed (413, 404, 400) is refused without the agent sending it.
-
-        A ``call`` keeps a copy of the first bytes as they pass (``Call.feed``), for its protocol.
-        """
-        settings = request[_GEN].settings
-        limit = settings.request_body_max_bytes
-        idle = settings.client_body_timeout
-        rate = settings.client_body_min_rate
-        content = request.content
-        seen = 0
-        if _expects_continue(request):
-            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        began = time.monotonic()
-        while True:
-            try:
-                async with asyncio.timeout(idle):
-                    chunk = await content.readany()
-            except TimeoutError:
-                raise RequestTimeout(f"no request body byte for {idle:g} s") from None
-            if not chunk:
-                if call is not None:
-                    call.end()
-                return
-            seen += len(chunk)
-            if limit is not None and seen > limit:
-                raise RequestTooLarge(f"body over {limit} bytes", limit=limit)
-            elapsed = time.monotonic() - began
-            if rate is not None and elapsed > _BODY_RATE_GRACE_S and seen < rate * elapsed:
-                raise RequestTimeout(f"request body slower than {rate} bytes/s")
-            if call is not None:
-                call.feed(chunk)
-            yield chunk
 
     async def _forward(
         self,
@@ -364,58 +309,18 @@ class Proxy:
         head: bytes,
         events: EventRewriter | None = None,
     ) -> web.StreamResponse:
-        """Pass a response through as it arrives: status, end-to-end headers, bytes.
-
-        From here on the upstream may pause up to the route's ``idle_timeout`` between bytes
-        (an SSE stream, a long-poll), not the ``read_timeout`` that bounded its headers.
-        With ``events``, each event goes out the moment it is complete, rewritten or not.
-        """
-        _idle_timeout(upstream, runtime.route.idle_timeout)
-        limit = request[_GEN].settings.response_body_max_bytes
-        if limit is not None and (upstream.content_length or 0) > limit:
-            raise UpstreamResponseTooLarge(f"Content-Length {upstream.content_length} > {limit}")
-        length = upstream.content_length
-        if (
-            not head
-            and length is not None
-            and length <= _SMALL_BODY
-            and request.method != "HEAD"
-            and upstream.status not in (204, 304)
-        ):
-            # one write for headers and body instead of three: most API answers are this small
-            with upstream_errors():
-                body = await upstream.read()
-            if events is not None:
-                body = events.feed(body) + events.close()
-            return await self._send_buffered(request, upstream, body)
-        response = PassedStream(
-            status=upstream.status,
-            reason=upstream.reason,
-            headers=passthrough_headers(upstream.headers, _rid(request)),
+        """The response passed through as it arrives (``relay.stream``), under the route's
+        ``idle_timeout`` and the configuration's ``response_body_max_bytes``."""
+        return await relay.stream(
+            request,
+            upstream,
+            head,
+            rid=_rid(request),
+            idle_timeout=runtime.route.idle_timeout,
+            limit=request[_GEN].settings.response_body_max_bytes,
+            log=self.log,
+            events=events,
         )
-        await response.prepare(request)
-        request[_STARTED] = True
-        if head:
-            await response.write(head)
-        try:
-            async for chunk in upstream.content.iter_any():
-                if events is not None:
-                    chunk = events.feed(chunk)  # noqa: PLW2901 (what goes out)
-                    if not chunk:
-                        continue
-                await response.write(chunk)
-            if events is not None and (rest := events.close()):
-                await response.write(rest)
-        except aiohttp.ClientError as exc:
-            # headers are gone already: the only honest signal left is an aborted connection
-            self.log.warning(
-                "upstream_stream_broken", request_id=_rid(request), error=type(exc).__name__
-            )
-            if request.transport is not None:
-                request.transport.abort()
-            return response
-        await response.write_eof()
-        return response
 
     async def _tunnel(
         self,
@@ -450,7 +355,7 @@ class Proxy:
             with metrics.websocket_open.labels(route).track_inprogress():
                 headers = passthrough_headers(upstream.headers, exchange.request_id)
                 response = await tunnel.open(headers)
-                request[_STARTED] = True
+                request[relay.STARTED] = True
                 metrics.websocket_sessions.labels(route).inc()
                 self._observe(
                     request, exchange, response, started, upstream_s, "websocket", None, None
@@ -471,38 +376,6 @@ class Proxy:
                 bytes_to_agent=session.to_agent,
             )
         return response
-
-    async def _send_buffered(
-        self, request: web.BaseRequest, upstream: aiohttp.ClientResponse, raw: bytes
-    ) -> web.StreamResponse:
-        return PassedResponse(
-            status=upstream.status,
-            reason=upstream.reason,
-            body=raw,
-            headers=passthrough_headers(upstream.headers, _rid(request)),
-        )
-
-    @staticmethod
-    async def _read_capped(
-        upstream: aiohttp.ClientResponse, limit: int, deadline_s: float, *, give_up: bool = False
-    ) -> tuple[bytes, bool]:
-        """The body if it has at most ``limit`` bytes, else its first ``limit + 1`` bytes, and
-        whether that was the whole body; within ``deadline_s``: an upstream dripping a byte a
-        second resets every per-read timer, not this one. With ``give_up``, a body still
-        arriving at the deadline is not an error: what came so far is returned, not whole."""
-        buf = bytearray()
-        with upstream_errors():
-            try:
-                async with asyncio.timeout(deadline_s):
-                    while len(buf) <= limit:
-                        chunk = await upstream.content.read(limit + 1 - len(buf))
-                        if not chunk:
-                            return bytes(buf), True
-                        buf += chunk
-            except TimeoutError:
-                if not give_up:
-                    raise
-        return bytes(buf), False  # all of it: a success streams on from here, byte for byte
 
     # --- envelopes ------------------------------------------------------------------------------
 
@@ -547,7 +420,7 @@ class Proxy:
                 wanted = protocol.inspects(call, content_type)
                 if wanted is not Inspection.NONE:
                     return call, wanted
-        if ruleset.inspects(status) and not _is_stream(upstream):
+        if ruleset.inspects(status) and not relay.is_stream(upstream):
             return call, Inspection.DOCUMENT
         return call, Inspection.NONE
 
@@ -745,7 +618,7 @@ class Proxy:
         call: Call | None = None,
     ) -> web.StreamResponse:
         if call is not None:
-            await self._read_rest(request, call)
+            await intake.read_rest(request, call, request[_GEN].settings.client_body_timeout)
         if failure.upstream and runtime is not None:
             await self._circuit(runtime.route.name, None, failure.reason)
         answered = self._failure_answer(request, exchange, failure, call)
@@ -755,23 +628,6 @@ class Proxy:
         return await self._finish(
             request, exchange, response, started, upstream_s, outcome, envelope, failure
         )
-
-    async def _read_rest(self, request: web.BaseRequest, call: Call) -> None:
-        """The body of a call that failed before it went upstream (the upstream was unreachable),
-        read up to the call's cap: its JSON-RPC ids are what the answer must carry. A body
-        already partly sent, or awaiting a ``100 Continue``, is left alone."""
-        if call.tee is None or call.ended or call.seen or _expects_continue(request):
-            return
-        try:
-            async with asyncio.timeout(request[_GEN].settings.client_body_timeout):
-                while call.seen <= call.cap:
-                    chunk = await request.content.readany()
-                    if not chunk:
-                        call.end()
-                        return
-                    call.feed(chunk)
-        except (TimeoutError, OSError):
-            return
 
     def _failure(
         self,
@@ -983,28 +839,6 @@ class Proxy:
         await self.crosscall.close()
 
 
-#: Media types whose bodies are read as they arrive, event by event, never whole.
-_STREAM_TYPES = frozenset(
-    {
-        "text/event-stream",
-        "application/x-ndjson",
-        "application/jsonl",
-        "application/json-seq",
-        "application/stream+json",
-    }
-)
-
-
-def _may_hold_errors(
-    protocol: Protocol | None, upstream: aiohttp.ClientResponse, raw: bytes
-) -> bool:
-    """Whether a success read for inspection may hold an error: a protocol's cheap scan says so
-    (a compressed body cannot be scanned); a REST success is for its rules to say."""
-    if protocol is None or upstream.headers.get("Content-Encoding"):
-        return True
-    return protocol.may_hold_errors(raw)
-
-
 #: Digest challenge parameters made for the client to send back verbatim: random by design,
 #: secrets to no one (RFC 7616 section 3.3); redacted, they made Digest authentication fail.
 _CHALLENGE_ECHOES = re.compile(r'(\b(?:nonce|opaque)=(?:"[^"]{0,512}"|[^\s,]{0,512}))', re.I)
@@ -1027,27 +861,8 @@ def _scrub_header(name: str, value: str, redactor: Redactor, kinds: list[str]) -
     return "".join(out)
 
 
-def _is_stream(upstream: aiohttp.ClientResponse) -> bool:
-    """A response that may never end or may pause: no length, or a streaming media type."""
-    return upstream.content_length is None or upstream.content_type in _STREAM_TYPES
-
-
 def _rid(request: web.BaseRequest) -> str:
     return request.get(_RID) or request_id(request.headers)
-
-
-def _expects_continue(request: web.BaseRequest) -> bool:
-    expect = request.headers.get("Expect")
-    return expect is not None and expect.lower() == "100-continue" and request.version >= (1, 1)
-
-
-def _idle_timeout(upstream: aiohttp.ClientResponse, seconds: float) -> None:
-    """Let the upstream pause ``seconds`` between body bytes from now on (aiohttp's sock_read
-    timer, which bounded the wait for the headers, is rearmed with the new value)."""
-    connection = upstream.connection
-    if connection is not None and connection.protocol is not None:
-        connection.protocol.read_timeout = seconds
-        connection.protocol.start_timeout()
 
 
 def _exchange(request: web.BaseRequest, rid: str, route: str) -> Exchange:

@@ -2,9 +2,10 @@
 
 Every 4xx and 5xx is asked dozens of rule questions, and ``jmespath``'s tree interpreter spends
 most of a rewrite walking its AST with a generic visitor. The shapes rules actually use (field
-paths, indexes, ``||``, comparisons, ``type``/``length``/``keys``/``values``) compile here into
-closures with the interpreter's exact semantics; anything else (projections, filters, pipes)
-keeps ``jmespath`` itself. Both paths turn a runtime type error, which upstream data can
+paths, indexes, ``||``, comparisons, ``type``/``length``/``keys``/``values``, filters such as
+``detail[?length(loc) > `1`]`` and pipes) compile here into closures with the interpreter's
+exact semantics; anything else (other projections, flattening, most functions) keeps
+``jmespath`` itself. Both paths turn a runtime type error, which upstream data can
 provoke at will (``length(errors)`` on ``{"errors": 5}``), into ``None``: the question does not
 apply to this body, and the next rule gets its turn.
 """
@@ -184,6 +185,25 @@ def _function(name: str, args: list[Getter]) -> Getter:
     return lambda value: fn(arg(value))
 
 
+def _filter(base: Getter, each: Getter, condition: Getter) -> Getter:
+    """``base[?condition].each``: the elements of a list the condition holds for (JMESPath's
+    truthiness), each projected, nulls dropped; not a list: null."""
+
+    def get(value: Any) -> Any:
+        found = base(value)
+        if type(found) is not list:
+            return None
+        out = []
+        for element in found:
+            if not _is_false(condition(element)):
+                projected = each(element)
+                if projected is not None:
+                    out.append(projected)
+        return out
+
+    return get
+
+
 def _constant(constant: Any) -> Getter:
     return lambda _: constant
 
@@ -215,6 +235,11 @@ def _compile(node: Mapping[str, Any]) -> Getter:
         return _comparator(node["value"], _compile(children[0]), _compile(children[1]))
     if kind == "function_expression":
         return _function(node["value"], [_compile(child) for child in children])
+    if kind == "filter_projection":
+        base, each, condition = (_compile(child) for child in children)
+        return _filter(base, each, condition)
+    if kind == "pipe":
+        return _chain([_compile(child) for child in children])
     raise _NotCompiled(kind)
 
 

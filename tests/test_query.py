@@ -40,7 +40,15 @@ HANDWRITTEN = [
     "@",
     "`[1, 2]`",
     "a[*].b",  # projection: left to jmespath
-    "a | [0]",  # pipe: left to jmespath
+    "a | [0]",
+    "a[?b]",
+    "a[?b].c",
+    "a[?b == `1` && c].d | [0]",
+    "length(a[?length(b) > `1`])",
+    "detail[?length(loc) > `1`] | [0].msg",
+    "detail[?loc == ['body'] && (type == 'missing' || type == 'value_error.missing')]",
+    "a[?!b]",
+    "a[?@ != `null`]",
     "length(a, b)",  # wrong arity: an error at run time, so None
 ]
 
@@ -82,7 +90,7 @@ _json = st.recursive(
         st.lists(children, max_size=3)
         | st.dictionaries(
             st.sampled_from(
-                ["a", "b", "c", "d", "x", "errors", "detail", "message", "code", "error", "type"]
+                [*"abcdx", "errors", "detail", "message", "code", "error", "type", "loc", "msg"]
             ),
             children,
             max_size=4,
@@ -152,7 +160,9 @@ def test_type_errors_are_none(expression: str, document: Any) -> None:
         ("type(message) == 'string'", True),
         ("length(keys(@)) > `0`", True),
         ("errors[*].field", False),
-        ("errors | [0]", False),
+        ("errors | [0]", True),
+        ("detail[?length(loc) > `1`] | [0].msg", True),
+        ("errors[?field].message", True),
         ("sort(@)", False),
     ],
 )

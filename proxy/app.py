@@ -557,7 +557,7 @@ class Proxy:
         first envelope in the rendering ``Accept`` (or the route) asks for; with the headers
         every envelope gets (CONTRACT §3), and what the route's OpenAPI document adds."""
         envelope = evaluations[0].envelope
-        if rendered is None:
+        if rendered is None and route is not None and route.openapi is not None:
             document = exchange.json if exchange is not None and exchange.is_json else None
             sent = call.document() if call is not None else NOT_JSON  # the JSON body kept aside
             envelope = self.openapi.enrich(request, route, envelope, document, sent)

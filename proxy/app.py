@@ -13,7 +13,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
@@ -67,6 +67,9 @@ from proxy.settings import Route, Settings
 from proxy.target import upstream_target
 from proxy.tunnel import Tunnel
 
+if TYPE_CHECKING:  # the SDK is imported only when tracing is on (proxy/tracing.py)
+    from proxy.traces import RequestTrace, Tracer
+
 #: Upstream headers an agent needs to act on an envelope; all others are dropped from envelopes.
 KEPT_ON_ENVELOPES = re.compile(
     r"^(www-authenticate|allow|accept|accept-patch|accept-post|retry-after|"
@@ -75,6 +78,8 @@ KEPT_ON_ENVELOPES = re.compile(
 )
 _HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
 _RID: web.RequestKey[str] = web.RequestKey("mend.request_id", str)
+#: the request's spans, when tracing is on (``proxy/traces.py``)
+_TRACE: web.RequestKey[RequestTrace] = web.RequestKey("mend.trace")
 #: the configuration a request runs on, from its first byte to its last (``proxy/generation.py``)
 _GEN: web.RequestKey[Generation] = web.RequestKey("mend.generation", Generation)
 #: the caller's own session summary, on the agent port (CONTRACT §7)
@@ -89,6 +94,7 @@ class Proxy:
         logger: FilteringBoundLogger,
         detector: Detector,
         crosscall: CrossCall,
+        tracer: Tracer | None = None,
     ) -> None:
         #: repeats, session patterns and circuits: what one call cannot see (proxy/crosscall)
         self.crosscall = crosscall
@@ -98,6 +104,8 @@ class Proxy:
         self.metrics = metrics
         self.log = logger
         self.detector = detector
+        #: OpenTelemetry spans, when tracing is configured (``proxy/tracing.py``); else None
+        self.tracer = tracer
         self._generation = Generation.first(store.loaded)
         unverified(store.settings.routes, logger)
         #: retired generations with requests still running on them, and pools being closed
@@ -152,7 +160,10 @@ class Proxy:
     async def _handle(self, request: web.BaseRequest, gen: Generation) -> web.StreamResponse:
         response: web.StreamResponse
         started = time.perf_counter()
-        rid = request[_RID] = request_id(request.headers)
+        trace = None
+        if self.tracer is not None:
+            trace = request[_TRACE] = self.tracer.begin(request)
+        rid = request[_RID] = request_id(request.headers, trace.trace_id if trace else None)
         runtime = gen.route_for(request.rel_url.raw_path)
         route_name = runtime.route.name if runtime else "none"
         exchange = _exchange(request, rid, route_name)
@@ -171,6 +182,11 @@ class Proxy:
             # 0b. a route with validate_requests checks the request against its documented
             # operation; an invalid one ends here (the body read is forwarded as it came)
             sent = intake.body(request, gen.settings, call) if request.body_exists else None
+            if trace is not None:  # the call names the span; an MCP body may name its parent
+                sent = await trace.called(call, sent, request.content_length)
+                rid = exchange.request_id = request[_RID] = request_id(
+                    request.headers, trace.trace_id
+                )
             if route.validate_requests:
                 sent = await self.openapi.check(request, route, sent)
             # 1. forward, unless the route's circuit is open
@@ -292,7 +308,9 @@ class Proxy:
             preserve_host=route.preserve_host,
         )
         session = request[_GEN].upstreams.session(route.name, route.read_timeout)
-        return await session.request(
+        # the CLIENT span, whose traceparent goes upstream in place of the agent's
+        client = request[_TRACE].client(runtime, headers) if self.tracer is not None else None
+        pending = session.request(
             request.method,
             runtime.origin.url(target),
             headers=headers,
@@ -300,6 +318,7 @@ class Proxy:
             allow_redirects=False,
             timeout=runtime.timeout,
         )
+        return await (pending if client is None else client.send(pending))
 
     async def _stream(
         self,
@@ -767,7 +786,11 @@ class Proxy:
         logged and counted; the caller sends it."""
         started = time.perf_counter()
         request[_GEN] = self.generation()
-        exchange = _exchange(request, request_id(request.headers), "none")
+        trace = None
+        if self.tracer is not None:
+            trace = request[_TRACE] = self.tracer.begin(request)
+        rid = request_id(request.headers, trace.trace_id if trace else None)
+        exchange = _exchange(request, rid, "none")
         response, envelope = self._failure(request, exchange, None, failure)
         self._observe(
             request, exchange, response, started, None, "proxy_failure", envelope, failure
@@ -788,8 +811,14 @@ class Proxy:
         elapsed = time.perf_counter() - started
         per_route = self.metrics.for_route(exchange.route)
         per_route.outcome(outcome).inc()
-        per_route.request_duration.observe(elapsed)
+        trace = request.get(_TRACE) if self.tracer is not None else None
         line = _log_line(exchange, response.status, outcome, elapsed)
+        if trace is None:
+            per_route.request_duration.observe(elapsed)
+        else:  # the span ends, and the log line and a latency exemplar name its trace
+            trace.end(exchange, response.status, outcome, envelope)
+            line["trace_id"] = trace.trace_id
+            per_route.request_duration.observe(elapsed, trace.exemplar())
         if exchange.status is not None:
             line["upstream_status"] = exchange.status
         if upstream_s is not None:
@@ -837,6 +866,8 @@ class Proxy:
             self._close(generation)
         await asyncio.gather(*self._closing)
         await self.crosscall.close()
+        if self.tracer is not None:
+            await self.tracer.close()
 
 
 #: Digest challenge parameters made for the client to send back verbatim: random by design,
@@ -947,6 +978,7 @@ def create_app(
     logger: FilteringBoundLogger | None = None,
     engine: Engine | None = None,
     source: Callable[[], Settings] | None = None,
+    tracer: Tracer | None = None,
 ) -> MendServer:
     """The agent-facing server (serve it with ``web.ServerRunner``). May raise ``RuleError``.
     With a ``source`` (``ConfigSource.load``), reloads read the settings again too."""
@@ -957,7 +989,7 @@ def create_app(
     metrics.reloaded(True, store.engine.rule_count)
     logger = logger or make_logger()
     crosscall = CrossCall(settings.session, settings.state, settings.circuit, registry, logger)
-    proxy = Proxy(store, metrics, logger, Detector(default_protocols()), crosscall)
+    proxy = Proxy(store, metrics, logger, Detector(default_protocols()), crosscall, tracer)
     catalog = Catalog(store)
     store.on_reload.append(catalog.refresh)
     # mend writes its own access log line (``Proxy._finish``); aiohttp's would be a second one

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ except ImportError:  # pragma: no cover - exercised only where uvloop is absent
 
 from multidict import CIMultiDict, MultiDict
 
-from proxy import __version__, nesting, ruletest
+from proxy import __version__, nesting, ruletest, tracing
 from proxy import explain as explaining
 from proxy.engine import Engine
 from proxy.exchange import NOT_JSON
@@ -223,6 +224,10 @@ def _run(args: argparse.Namespace) -> int:
         return _errors(exc.problems)
     if tls_problems := check_files(settings):  # certificates, keys and CAs load, or no start
         return _errors([_tls_problem(exc, args) for exc in tls_problems])
+    try:  # OTEL_* and tracing: are honoured, or no start
+        tracing.check(settings.tracing, os.environ)
+    except tracing.TracingError as exc:
+        return _errors([str(exc)])
     if settings.workers > 1:
         run_workers(settings, source)
         return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
 
-from proxy import __version__
+from proxy import __version__, tracing
 from proxy.admin import create_admin_app
 from proxy.app import create_app
 from proxy.engine import Engine, RuleStore
@@ -170,7 +171,18 @@ async def _serve(
     nofile = raise_nofile()
     settings = _within_file_limit(settings, nofile, logger)
     registry = CollectorRegistry()
-    server = create_app(settings, registry, logger=logger, source=_reader(source, nofile))
+    # this process's own tracer (a worker's made here, after it was spawned); mend run checked
+    # the configuration before starting
+    traced = tracing.resolve(settings.tracing, os.environ)
+    if traced is not None:
+        logger.info("tracing", source=traced.source, sampler=traced.sampler)
+    server = create_app(
+        settings,
+        registry,
+        logger=logger,
+        source=_reader(source, nofile),
+        tracer=tracing.start(traced),
+    )
     store = server.proxy.store
     store.on_reload.append(settle_after_reloads(loop))
     grace = settings.shutdown_timeout

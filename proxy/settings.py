@@ -17,6 +17,7 @@ from proxy.protocols.base import ProtocolName
 from proxy.redaction.config import RedactionSettings
 from proxy.render import Rendering
 from proxy.rulefile import RuleError, parse_yaml, validation_problems
+from proxy.tracing import TracingSettings
 
 
 def _packaged_rules() -> Path:
@@ -218,6 +219,8 @@ class Settings(_Model):
     state: StateSettings = StateSettings()
     #: each route's circuit breaker
     circuit: CircuitSettings = CircuitSettings()
+    #: OpenTelemetry traces over OTLP (``proxy/tracing.py``); the ``OTEL_*`` variables fill it
+    tracing: TracingSettings = TracingSettings()
 
     @field_validator("listen", "admin_listen")
     @classmethod
@@ -258,6 +261,8 @@ RESTART_SETTINGS = (
     "session",
     "state",
     "circuit",
+    # each process makes its tracer once, at start
+    "tracing",
 )
 
 

@@ -11,6 +11,7 @@ Spans are exported in batches from the SDK's own thread (``BatchSpanProcessor``,
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
@@ -79,7 +80,7 @@ def _sampler(config: TraceConfig) -> Sampler:
 def _resource(config: TraceConfig) -> Resource:
     """``Resource.create`` (which reads ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME``)
     with the block's attributes on top, and ``service.name`` ``mend`` when nothing names it."""
-    attributes: dict[str, str] = {"service.version": __version__}
+    attributes: dict[str, str | int] = {"service.version": __version__, "process.pid": os.getpid()}
     attributes.update(config.resource_attributes)
     if config.service_name is not None:
         attributes["service.name"] = config.service_name

@@ -7,12 +7,19 @@ sends with ``opentelemetry-proto``. Upstreams are real aiohttp and FastMCP serve
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -24,7 +31,11 @@ from proxy.logs import make_logger
 from proxy.settings import Route, Settings
 from proxy.tracing import TracingSettings
 from tests.conftest import Mend, MendTestServer, StartUpstream
-from tests.otlp_receiver import CLIENT, ERROR, SERVER, UNSET, Receiver, app
+from tests.otlp_receiver import CLIENT, ERROR, SERVER, UNSET, Received, Receiver, app
+from tests.test_app import free_port
+from tests.test_mcp import mcp_server, serving
+
+ROOT = Path(__file__).resolve().parent.parent
 
 AGENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 AGENT_SPAN = "00f067aa0ba902b7"
@@ -170,8 +181,6 @@ async def test_an_unreachable_upstream_is_an_error_span_with_mends_code(
 ) -> None:
     """Nothing listening upstream: the server span carries UPSTREAM_UNREACHABLE, the client
     span the connection error."""
-    from tests.test_app import free_port  # noqa: PLC0415
-
     traced = await start_traced(f"http://127.0.0.1:{free_port()}")
     response = await traced.mend.client.get("/x")
     code = (await response.json())["error"]["code"]
@@ -341,3 +350,325 @@ def test_an_endpoint_that_is_not_http_is_refused() -> None:
     """An endpoint must be an http(s) URL."""
     with pytest.raises(tracing.TracingError, match="OTEL_EXPORTER_OTLP_ENDPOINT"):
         tracing.resolve(TracingSettings(), {"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"})
+
+
+# --- MCP, JSON-RPC and GraphQL in their conventions ------------------------------------------
+
+MCP_HEADERS = {
+    "Accept": "application/json, text/event-stream",
+    "Content-Type": "application/json",
+    "MCP-Protocol-Version": "2025-06-18",
+}
+
+
+def rpc(method: str, params: dict[str, Any], id_: int | None = 1) -> dict[str, Any]:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
+    if id_ is not None:
+        message["id"] = id_
+    return message
+
+
+def call_tool(name: str, arguments: dict[str, Any], **meta: str) -> dict[str, Any]:
+    params: dict[str, Any] = {"name": name, "arguments": arguments}
+    if meta:
+        params["_meta"] = meta
+    return rpc("tools/call", params, id_=7)
+
+
+def named(receiver: Receiver, name: str) -> Received:
+    found = [span for span in receiver.spans if span.name == name]
+    assert len(found) == 1, [span.name for span in receiver.spans]
+    return found[0]
+
+
+async def test_a_tools_call_span_is_named_for_the_tool_with_mcp_attributes(
+    start_traced: StartTraced,
+) -> None:
+    """A session's tools/call: span ``tools/call <tool>`` with mcp.method.name,
+    gen_ai.tool.name, jsonrpc.request.id and mcp.session.id."""
+    async with serving(mcp_server(json_response=True)) as upstream:
+        traced = await start_traced(upstream)
+        client = traced.mend.client
+        opened = await client.post(
+            "/mcp",
+            json=rpc(
+                "initialize",
+                {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            ),
+            headers=MCP_HEADERS,
+        )
+        session = opened.headers["Mcp-Session-Id"]
+        headers = {**MCP_HEADERS, "Mcp-Session-Id": session}
+        await client.post("/mcp", json=rpc("notifications/initialized", {}, None), headers=headers)
+        answer = await client.post(
+            "/mcp", json=call_tool("create_issue", {"title": "a", "priority": 1}), headers=headers
+        )
+        assert (await answer.json())["result"]["isError"] is False
+        await traced.receiver.wait(6)
+    span = named(traced.receiver, "tools/call create_issue")
+    assert span.kind == SERVER
+    assert span.attributes["mcp.method.name"] == "tools/call"
+    assert span.attributes["gen_ai.tool.name"] == "create_issue"
+    assert span.attributes["jsonrpc.request.id"] == "7"
+    assert span.attributes["mcp.session.id"] == session
+    assert span.status == UNSET
+
+
+async def test_an_is_error_result_is_an_error_span_with_the_envelope_code(
+    start_traced: StartTraced,
+) -> None:
+    """A tool result with isError (HTTP 200): the span has status ERROR and error.type = the
+    code of the envelope mend put in its _meta."""
+    async with serving(mcp_server(json_response=True, stateless=True)) as upstream:
+        traced = await start_traced(upstream)
+        answer = await traced.mend.client.post(
+            "/mcp",
+            json=call_tool("create_issue", {"title": "explode", "priority": 1}),
+            headers=MCP_HEADERS,
+        )
+        result = (await answer.json())["result"]
+        await traced.receiver.wait(2)
+    assert answer.status == 200
+    assert result["isError"] is True
+    span = named(traced.receiver, "tools/call create_issue")
+    assert span.status == ERROR
+    assert span.attributes["error.type"] == result["_meta"]["mend/error"]["code"]
+
+
+async def test_an_mcp_meta_traceparent_is_the_parent_when_no_header_is_sent(
+    start_traced: StartTraced,
+) -> None:
+    """SEP-414: params._meta.traceparent parents the span when there is no traceparent header."""
+    async with serving(mcp_server(json_response=True, stateless=True)) as upstream:
+        traced = await start_traced(upstream)
+        body = call_tool("create_issue", {"title": "a", "priority": 1}, traceparent=AGENT_PARENT)
+        await traced.mend.client.post("/mcp", json=body, headers=MCP_HEADERS)
+        await traced.receiver.wait(2)
+    span = named(traced.receiver, "tools/call create_issue")
+    assert (span.trace_id, span.parent_id) == (AGENT_TRACE, AGENT_SPAN)
+    assert traced.receiver.one(CLIENT).trace_id == AGENT_TRACE
+
+
+async def test_the_traceparent_header_wins_over_mcp_meta(start_traced: StartTraced) -> None:
+    """A traceparent header and a different _meta.traceparent: the header is the parent."""
+    other = f"00-{'1' * 32}-{'2' * 16}-01"
+    async with serving(mcp_server(json_response=True, stateless=True)) as upstream:
+        traced = await start_traced(upstream)
+        body = call_tool("create_issue", {"title": "a", "priority": 1}, traceparent=other)
+        headers = {**MCP_HEADERS, "traceparent": AGENT_PARENT}
+        await traced.mend.client.post("/mcp", json=body, headers=headers)
+        await traced.receiver.wait(2)
+    span = named(traced.receiver, "tools/call create_issue")
+    assert (span.trace_id, span.parent_id) == (AGENT_TRACE, AGENT_SPAN)
+
+
+async def test_a_json_rpc_call_span_is_named_for_its_method(
+    start_upstream: StartUpstream, start_traced: StartTraced
+) -> None:
+    """A plain JSON-RPC call answered with an error: span named for the method, rpc.* set,
+    status ERROR with the envelope's code."""
+
+    async def rpc_error(request: web.Request) -> web.Response:
+        sent = await request.json()
+        error = {"code": -32602, "message": "Invalid params: qty must be positive"}
+        return web.json_response({"jsonrpc": "2.0", "id": sent["id"], "error": error})
+
+    traced = await start_traced(await start_upstream({"POST /rpc": rpc_error}))
+    answer = await traced.mend.client.post("/rpc", json=rpc("orders.create", {"qty": -1}))
+    code = (await answer.json())["error"]["data"]["code"]
+    await traced.receiver.wait(2)
+    span = named(traced.receiver, "orders.create")
+    assert span.attributes["rpc.method"] == "orders.create"
+    assert span.attributes["jsonrpc.request.id"] == "1"
+    assert (span.status, span.attributes["error.type"]) == (ERROR, code)
+
+
+async def test_a_graphql_span_is_named_by_its_operation(
+    start_upstream: StartUpstream, start_traced: StartTraced
+) -> None:
+    """A GraphQL request's span is named by its operationName."""
+
+    async def graphql(_: web.Request) -> web.Response:
+        return web.json_response({"data": {"order": {"id": "1"}}})
+
+    traced = await start_traced(await start_upstream({"POST /graphql": graphql}))
+    query = {"query": "query GetOrder { order { id } }", "operationName": "GetOrder"}
+    await traced.mend.client.post("/graphql", json=query)
+    await traced.receiver.wait(2)
+    span = named(traced.receiver, "GetOrder")
+    assert span.attributes["graphql.operation.name"] == "GetOrder"
+
+
+# --- mend run: the variables as an operator sets them ------------------------------------------
+
+
+@asynccontextmanager
+async def mend_run(
+    upstream: str, env: dict[str, str], *args: str, python: tuple[str, ...] = ()
+) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
+    """``python -m proxy run`` in front of ``upstream`` with ``env`` added; its agent URL."""
+    listen, admin = free_port(), free_port()
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *python,
+        "-m",
+        "proxy",
+        "run",
+        "--upstream",
+        upstream,
+        "--listen",
+        f"127.0.0.1:{listen}",
+        "--admin-listen",
+        f"127.0.0.1:{admin}",
+        *args,
+        cwd=ROOT,
+        env={**environ, **env},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(30), aiohttp.ClientSession() as probe:
+            while True:
+                try:
+                    async with probe.get(f"http://127.0.0.1:{admin}/readyz") as ready:
+                        if ready.status == 200:
+                            break
+                except aiohttp.ClientConnectionError:
+                    pass
+                await asyncio.sleep(0.1)
+        yield f"http://127.0.0.1:{listen}", proc
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(30):
+                await proc.wait()
+
+
+async def test_mend_run_exports_with_the_otel_variables(
+    start_upstream: StartUpstream, receiver: Receiver
+) -> None:
+    """``mend run`` with OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_SERVICE_NAME exports both spans
+    under that service; the last ones leave at SIGTERM, before the schedule would send them."""
+    upstream = await start_upstream({"GET /ok": ok})
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_SERVICE_NAME": "orders-sidecar",
+        "OTEL_BSP_SCHEDULE_DELAY": "600000",
+    }
+    async with mend_run(str(upstream.make_url("")), env) as (url, proc):
+        async with aiohttp.ClientSession() as client, client.get(f"{url}/ok") as response:
+            assert response.status == 200
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            await proc.wait()
+    spans = await traced_spans(receiver, 2)
+    assert {span.kind for span in spans} == {SERVER, CLIENT}
+    assert {span.resource["service.name"] for span in spans} == {"orders-sidecar"}
+
+
+async def traced_spans(receiver: Receiver, count: int) -> list[Received]:
+    return await receiver.wait(count, within=10)
+
+
+async def test_mend_run_without_tracing_never_imports_the_sdk(
+    start_upstream: StartUpstream,
+) -> None:
+    """No OTEL_* variable: a proxied request, and not one OpenTelemetry module imported."""
+    upstream = await start_upstream({"GET /ok": ok})
+    async with mend_run(str(upstream.make_url("")), {}, python=("-X", "importtime")) as (
+        url,
+        proc,
+    ):
+        async with aiohttp.ClientSession() as client, client.get(f"{url}/ok") as response:
+            assert response.status == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.stderr is not None
+        async with asyncio.timeout(30):
+            imported = (await proc.stderr.read()).decode()
+    assert "proxy.app" in imported  # the import log is there
+    assert "opentelemetry" not in imported
+
+
+async def test_mend_run_with_tracing_disabled_exports_nothing(
+    start_upstream: StartUpstream, receiver: Receiver
+) -> None:
+    """OTEL_SDK_DISABLED=true with an endpoint: requests served, nothing reaches the receiver."""
+    upstream = await start_upstream({"GET /boom": fail})
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+        "OTEL_SDK_DISABLED": "true",
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+    }
+    async with mend_run(str(upstream.make_url("")), env) as (url, proc):
+        async with aiohttp.ClientSession() as client, client.get(f"{url}/boom") as response:
+            assert response.status == 500
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            await proc.wait()
+    assert receiver.requests == 0
+
+
+def run_refused(
+    env: dict[str, str], python: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    return subprocess.run(
+        [sys.executable, *python, "-m", "proxy", "run", "--upstream", "http://127.0.0.1:9"],
+        cwd=ROOT,
+        env={**environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_an_unsupported_protocol_stops_mend_run_with_one_line() -> None:
+    """OTEL_EXPORTER_OTLP_PROTOCOL=grpc: ``mend: error:`` naming it, exit status 2."""
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+    }
+    result = run_refused(env)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "mend: error: OTEL_EXPORTER_OTLP_PROTOCOL='grpc': mend exports http/protobuf only"
+    ]
+
+
+def test_tracing_without_the_extra_stops_mend_run_with_one_line(tmp_path: Path) -> None:
+    """OTEL_* set where the SDK is not installed (an empty ``opentelemetry`` package shadows
+    it): one ``mend: error:`` line naming the variable and the extra to install."""
+    (tmp_path / "opentelemetry").mkdir()
+    (tmp_path / "opentelemetry" / "__init__.py").write_text("")
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "PYTHONPATH": str(tmp_path)}
+    result = run_refused(env)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("mend: error: tracing is configured (OTEL_EXPORTER_OTLP_ENDPOINT)")
+    assert lines[0].endswith("pip install 'mend[tracing]'")
+
+
+@pytest.mark.slow
+async def test_each_worker_exports_its_own_spans(
+    start_upstream: StartUpstream, receiver: Receiver
+) -> None:
+    """``--workers 2``: spans from both worker processes (process.pid) reach the receiver."""
+    upstream = await start_upstream({"GET /ok": ok})
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "50"}
+    pids: set[int] = set()
+    async with mend_run(str(upstream.make_url("")), env, "--workers", "2") as (url, _):
+        async with asyncio.timeout(30):
+            while len(pids) < 2:  # a new connection each time: SO_REUSEPORT spreads them
+                async with aiohttp.ClientSession() as client, client.get(f"{url}/ok") as answer:
+                    assert answer.status == 200
+                await asyncio.sleep(0.05)
+                pids = {span.resource["process.pid"] for span in receiver.spans}
+    assert len(pids) == 2

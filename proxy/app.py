@@ -548,11 +548,13 @@ class Proxy:
     ) -> None:
         """One envelope into the metrics: its code, its redactions, whether it repeats."""
         envelope = evaluation.envelope
+        trace = request.get(_TRACE) if self.tracer is not None else None
         self.metrics.envelope(
             exchange.route,
             envelope,
             fallback=evaluation.match.rule.is_fallback,
             protocol=protocol.name.value if protocol is not None else ProtocolName.HTTP.value,
+            trace_id=trace.sampled_id if trace is not None else None,
         )
         self.metrics.redacted(evaluation.redactions)
         fingerprint = (
@@ -818,7 +820,10 @@ class Proxy:
         else:  # the span ends, and the log line and a latency exemplar name its trace
             trace.end(exchange, response.status, outcome, envelope)
             line["trace_id"] = trace.trace_id
-            per_route.request_duration.observe(elapsed, trace.exemplar())
+            sampled = trace.sampled_id
+            per_route.request_duration.observe(
+                elapsed, {"trace_id": sampled} if sampled is not None else None
+            )
         if exchange.status is not None:
             line["upstream_status"] = exchange.status
         if upstream_s is not None:

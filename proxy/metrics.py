@@ -193,13 +193,23 @@ class Metrics:
         return cached
 
     def envelope(
-        self, route: str, envelope: Envelope, *, fallback: bool, protocol: str = "http"
+        self,
+        route: str,
+        envelope: Envelope,
+        *,
+        fallback: bool,
+        protocol: str = "http",
+        trace_id: str | None = None,
     ) -> None:
-        """Count one envelope; ``protocol`` is one of the five names of ``ProtocolName``."""
+        """Count one envelope; ``protocol`` is one of the five names of ``ProtocolName``; the
+        exemplar names the request and, when it was traced and sampled, its trace."""
         status = str(envelope.upstream_status) if envelope.upstream_status is not None else "none"
+        exemplar = {"request_id": envelope.request_id[:64]}
+        if trace_id is not None:  # 32 hex digits: the labels stay under OpenMetrics' 128
+            exemplar["trace_id"] = trace_id
         self.errors.labels(
             envelope.code, envelope.category.value, route, status, envelope.rule, protocol
-        ).inc(exemplar={"request_id": envelope.request_id[:64]})
+        ).inc(exemplar=exemplar)
         self.actions.labels(route, envelope.action.value).inc()
         if fallback:
             self.unmatched.labels(route, status).inc()

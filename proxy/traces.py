@@ -216,11 +216,11 @@ class RequestTrace:
             self.tracer.ids.planned = None
         return span
 
-    def exemplar(self) -> dict[str, str] | None:
-        """A metric exemplar naming this trace, when it is sampled (else there is none to see)."""
-        if self.span.get_span_context().trace_flags.sampled:
-            return {"trace_id": self.trace_id}
-        return None
+    @property
+    def sampled_id(self) -> str | None:
+        """The trace id when the trace is sampled (a metric exemplar names it), else ``None``:
+        there would be no trace to see."""
+        return self.trace_id if self.span.get_span_context().trace_flags.sampled else None
 
     # --- the agent's call ------------------------------------------------------------------
 

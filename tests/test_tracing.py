@@ -24,6 +24,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
+from prometheus_client.openmetrics import exposition as openmetrics
 
 from proxy import tracing
 from proxy.app import create_app
@@ -672,3 +673,38 @@ async def test_each_worker_exports_its_own_spans(
                 await asyncio.sleep(0.05)
                 pids = {span.resource["process.pid"] for span in receiver.spans}
     assert len(pids) == 2
+
+
+# --- metrics exemplars -------------------------------------------------------------------------
+
+
+async def test_error_and_latency_exemplars_carry_the_trace_id(
+    start_upstream: StartUpstream, start_traced: StartTraced
+) -> None:
+    """In the OpenMetrics exposition, mend_errors_total's exemplar and a latency bucket's name
+    the trace of the request."""
+    traced = await start_traced(await start_upstream({"GET /boom": fail}))
+    await traced.mend.client.get("/boom", headers={"traceparent": AGENT_PARENT})
+    exposition = openmetrics.generate_latest(traced.mend.registry).decode()
+    errors = [line for line in exposition.splitlines() if line.startswith("mend_errors_total{")]
+    buckets = [
+        line
+        for line in exposition.splitlines()
+        if line.startswith("mend_request_duration_seconds_bucket{") and " # {" in line
+    ]
+    assert len(errors) == 1
+    assert f'trace_id="{AGENT_TRACE}"' in errors[0].split(" # ", 1)[1]
+    assert len(buckets) == 1
+    assert f'trace_id="{AGENT_TRACE}"' in buckets[0]
+
+
+async def test_an_unsampled_trace_is_no_exemplar(
+    start_upstream: StartUpstream, start_traced: StartTraced
+) -> None:
+    """A trace the sampler dropped is named by no exemplar (there is no trace to open)."""
+    env = {"OTEL_TRACES_SAMPLER": "always_off"}
+    traced = await start_traced(await start_upstream({"GET /boom": fail}), env=env)
+    await traced.mend.client.get("/boom", headers={"traceparent": AGENT_PARENT})
+    exposition = openmetrics.generate_latest(traced.mend.registry).decode()
+    assert "mend_errors_total{" in exposition
+    assert "trace_id" not in exposition

@@ -30,9 +30,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 COPY --from=build /dist/ /tmp/dist/
+# [tracing]: the OpenTelemetry SDK, so that OTEL_* variables turn traces on (README "Traces");
+# mend imports it only when they do
 RUN set -eu; \
     wheel="$(echo /tmp/dist/mend-*-py3-none-any.whl)"; \
-    pip install "${wheel}[speed]"; \
+    pip install "${wheel}[speed,tracing]"; \
     rm -rf /tmp/dist
 
 # demo/ (legacy API, agent) runs as `python -m demo.…` from the working directory; mend itself

@@ -23,7 +23,7 @@ from opentelemetry import trace as otel
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import (
@@ -47,6 +47,9 @@ from proxy.protocols.graphql import GraphQL
 from proxy.protocols.jsonrpc import NO_ID, JsonRpc
 from proxy.tracing import TraceConfig
 
+#: Characters of one attribute value (a path can be 64 KiB), unless ``OTEL_*`` set a limit.
+ATTRIBUTE_LENGTH = 2048
+_LENGTH_VARIABLES = ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
 #: MCP's session header (``mcp.session.id``).
 _SESSION = "Mcp-Session-Id"
 #: Seconds ``close`` waits for the last spans to be exported.
@@ -115,8 +118,12 @@ class Tracer:
     @classmethod
     def make(cls, config: TraceConfig) -> Tracer:
         ids = _PlannedIds()
+        limited = any(os.environ.get(name) for name in _LENGTH_VARIABLES)
         provider = TracerProvider(
-            sampler=_sampler(config), resource=_resource(config), id_generator=ids
+            sampler=_sampler(config),
+            resource=_resource(config),
+            id_generator=ids,
+            span_limits=SpanLimits(max_span_attribute_length=None if limited else ATTRIBUTE_LENGTH),
         )
         exporter = OTLPSpanExporter(endpoint=config.endpoint, headers=config.headers)
         provider.add_span_processor(BatchSpanProcessor(exporter))

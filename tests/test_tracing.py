@@ -202,6 +202,19 @@ async def test_an_unreachable_upstream_is_an_error_span_with_mends_code(
     assert "Connect" in client.attributes["error.type"]
 
 
+async def test_a_long_path_is_cut_in_the_span(
+    start_upstream: StartUpstream, start_traced: StartTraced
+) -> None:
+    """A 6,000-character path: url.path is cut to ATTRIBUTE_LENGTH characters."""
+    from proxy.traces import ATTRIBUTE_LENGTH  # noqa: PLC0415 - the SDK module, as mend loads it
+
+    traced = await start_traced(await start_upstream({"/{tail:.*}": ok}))
+    path = "/" + "a" * 6_000
+    assert (await traced.mend.client.get(path)).status == 200
+    await traced.receiver.wait(2)
+    assert traced.receiver.one(SERVER).attributes["url.path"] == path[:ATTRIBUTE_LENGTH]
+
+
 # --- context: traceparent in and out ---------------------------------------------------------
 
 

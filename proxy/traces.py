@@ -213,14 +213,16 @@ class RequestTrace:
             }
             if self.client_addr:
                 attributes["client.address"] = self.client_addr
-            span = self._span = self.tracer.tracer.start_span(
-                self.method,
-                context=self.context,
-                kind=SpanKind.SERVER,
-                attributes=attributes,
-                start_time=self.started_ns,
-            )
-            self.tracer.ids.planned = None
+            try:
+                span = self._span = self.tracer.tracer.start_span(
+                    self.method,
+                    context=self.context,
+                    kind=SpanKind.SERVER,
+                    attributes=attributes,
+                    start_time=self.started_ns,
+                )
+            finally:
+                self.tracer.ids.planned = None
         return span
 
     @property

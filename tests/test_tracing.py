@@ -342,6 +342,25 @@ def test_sdk_disabled_turns_tracing_off() -> None:
     assert tracing.resolve(TracingSettings(), env) is None
 
 
+def test_enabled_false_in_the_block_wins_over_the_variables() -> None:
+    """``tracing: {enabled: false}`` keeps tracing off whatever OTEL_* say."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}
+    assert tracing.resolve(TracingSettings(enabled=False), env) is None
+
+
+def test_traces_exporter_none_turns_tracing_off() -> None:
+    """OTEL_TRACES_EXPORTER=none wins over an endpoint, as in any SDK."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_TRACES_EXPORTER": "none"}
+    assert tracing.resolve(TracingSettings(), env) is None
+
+
+def test_enabled_true_without_an_endpoint_sends_to_the_local_collector() -> None:
+    """``enabled: true`` and no endpoint: the collector's default OTLP/HTTP address."""
+    config = tracing.resolve(TracingSettings(enabled=True), {})
+    assert config is not None
+    assert config.endpoint == "http://localhost:4318/v1/traces"
+
+
 def test_the_traces_endpoint_wins_over_the_base_endpoint() -> None:
     """OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is used as is; the base one gets /v1/traces."""
     base = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/"}

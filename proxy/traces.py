@@ -174,6 +174,7 @@ class RequestTrace:
         "scheme",
         "session",
         "started_ns",
+        "trace_id",
         "trace_id_int",
         "tracer",
     )
@@ -190,14 +191,11 @@ class RequestTrace:
         parent = _parent_id(context)
         self.remote = parent is not None
         self.trace_id_int = parent if parent is not None else tracer.ids.generate_trace_id()
+        #: the trace id, 32 hex digits: the request id when the agent sent none
+        self.trace_id = f"{self.trace_id_int:032x}"
         self._span: otel.Span | None = None
         self.call: Call | None = None
         self.http_route: str | None = None
-
-    @property
-    def trace_id(self) -> str:
-        """The trace id, 32 hex digits: the request id when the agent sent none."""
-        return f"{self.trace_id_int:032x}"
 
     @property
     def span(self) -> otel.Span:
@@ -263,6 +261,7 @@ class RequestTrace:
         parent = _parent_id(context)
         if parent is not None:
             self.context, self.trace_id_int, self.remote = context, parent, True
+            self.trace_id = f"{parent:032x}"
 
     # --- the upstream call -----------------------------------------------------------------
 
@@ -292,8 +291,12 @@ class RequestTrace:
 
     def end(self, exchange: Exchange, status: int, outcome: str, envelope: Envelope | None) -> None:
         """Close the server span with what mend answered: the status, and for an envelope
-        status ERROR, ``error.type`` (the code), ``mend.rule`` and ``mend.request_id``."""
+        status ERROR, ``error.type`` (the code), ``mend.rule`` and ``mend.request_id``. A span
+        the sampler dropped is only ended: nothing would keep what it is told."""
         span = self.span
+        if not span.is_recording():
+            span.end()
+            return
         attributes: dict[str, Any] = {
             "http.response.status_code": status,
             "mend.route": exchange.route,

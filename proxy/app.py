@@ -495,7 +495,19 @@ class Proxy:
             return event.with_data(answered.rendered.body.decode("utf-8"))
 
         events = EventRewriter(rewrite_event, protocol.may_hold_errors)
-        response = await self._stream(request, runtime, upstream, b"", events)
+        try:
+            response = await self._stream(request, runtime, upstream, b"", events)
+        except ConnectionResetError:
+            if not found:
+                raise
+            # the agent read its error and hung up before the stream ended (an SDK client
+            # closes once it has its answer): still an error, with its code, not a bare 499
+            gone = web.Response(status=499)
+            first = found[0].envelope
+            self._observe(
+                request, exchange, gone, started, upstream_s, "client_closed", first, None
+            )
+            return gone
         outcome, envelope = ("envelope", found[0].envelope) if found else ("passthrough", None)
         return await self._finish(
             request, exchange, response, started, upstream_s, outcome, envelope

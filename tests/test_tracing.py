@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import signal
 import subprocess
@@ -34,7 +35,7 @@ from proxy.tracing import TracingSettings
 from tests.conftest import Mend, MendTestServer, StartUpstream
 from tests.otlp_receiver import CLIENT, ERROR, SERVER, UNSET, Received, Receiver, app
 from tests.test_app import free_port
-from tests.test_mcp import mcp_server, serving
+from tests.test_mcp import mcp_server, serving, session
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -479,6 +480,54 @@ async def test_an_is_error_result_is_an_error_span_with_the_envelope_code(
     span = named(traced.receiver, "tools/call create_issue")
     assert span.status == ERROR
     assert span.attributes["error.type"] == result["_meta"]["mend/error"]["code"]
+
+
+async def test_an_is_error_event_is_an_error_span_when_the_sdk_client_hangs_up(
+    start_traced: StartTraced,
+) -> None:
+    """The official SDK client over SSE reads its tool result and closes the stream: the span
+    still has status ERROR and the envelope's code (an isError must not pass as a success)."""
+    async with serving(mcp_server(json_response=False)) as upstream:
+        traced = await start_traced(upstream)
+        async with session(str(traced.mend.client.make_url("/mcp"))) as client:
+            result = await client.call_tool("create_issue", {"title": "explode", "priority": 1})
+        assert result.isError is True
+        assert result.meta is not None
+        await traced.receiver.wait(4)
+        await asyncio.sleep(0.3)  # the session's last requests (GET stream, DELETE) end too
+    span = named(traced.receiver, "tools/call create_issue")
+    assert span.status == ERROR
+    assert span.attributes["error.type"] == result.meta["mend/error"]["code"]
+
+
+async def test_an_is_error_event_stays_an_error_span_when_the_agent_leaves_mid_stream(
+    start_upstream: StartUpstream, start_traced: StartTraced
+) -> None:
+    """An SSE answer whose isError event reached the agent, which then hung up before the
+    stream ended: the span (and the log line) still carry the envelope's code, status ERROR."""
+    event = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "result": {"content": [{"type": "text", "text": "Error: boom"}], "isError": True},
+    }
+
+    async def sse(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(f"event: message\ndata: {json.dumps(event)}\n\n".encode())
+        await asyncio.sleep(0.5)  # the agent has its answer and hangs up meanwhile
+        return response
+
+    traced = await start_traced(await start_upstream({"POST /mcp": sse}))
+    body = call_tool("create_issue", {"title": "a", "priority": 1})
+    async with traced.mend.client.post("/mcp", json=body, headers=MCP_HEADERS) as answer:
+        first = await answer.content.readuntil(b"\n\n")
+    code = json.loads(first.split(b"data: ", 1)[1])["result"]["_meta"]["mend/error"]["code"]
+    await traced.receiver.wait(2)
+    span = named(traced.receiver, "tools/call create_issue")
+    line = next(line for line in traced.mend.log_lines() if line.get("event") == "request")
+    assert (span.status, span.attributes["error.type"]) == (ERROR, code)
+    assert (line["outcome"], line["code"]) == ("client_closed", code)
 
 
 async def test_an_mcp_meta_traceparent_is_the_parent_when_no_header_is_sent(

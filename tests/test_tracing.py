@@ -11,9 +11,11 @@ import asyncio
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
@@ -597,11 +600,20 @@ async def test_a_graphql_span_is_named_by_its_operation(
 # --- mend run: the variables as an operator sets them ------------------------------------------
 
 
+@dataclass
+class Running:
+    """A ``mend run`` process: its agent and admin URLs."""
+
+    url: str
+    admin: str
+    proc: asyncio.subprocess.Process
+
+
 @asynccontextmanager
 async def mend_run(
     upstream: str, env: dict[str, str], *args: str, python: tuple[str, ...] = ()
-) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
-    """``python -m proxy run`` in front of ``upstream`` with ``env`` added; its agent URL."""
+) -> AsyncIterator[Running]:
+    """``python -m proxy run`` in front of ``upstream`` with ``env`` added."""
     listen, admin = free_port(), free_port()
     environ = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     proc = await asyncio.create_subprocess_exec(
@@ -632,7 +644,7 @@ async def mend_run(
                 except aiohttp.ClientConnectionError:
                     pass
                 await asyncio.sleep(0.1)
-        yield f"http://127.0.0.1:{listen}", proc
+        yield Running(f"http://127.0.0.1:{listen}", f"http://127.0.0.1:{admin}", proc)
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)
@@ -652,7 +664,8 @@ async def test_mend_run_exports_with_the_otel_variables(
         "OTEL_SERVICE_NAME": "orders-sidecar",
         "OTEL_BSP_SCHEDULE_DELAY": "600000",
     }
-    async with mend_run(str(upstream.make_url("")), env) as (url, proc):
+    async with mend_run(str(upstream.make_url("")), env) as running:
+        url, proc = running.url, running.proc
         async with aiohttp.ClientSession() as client, client.get(f"{url}/ok") as response:
             assert response.status == 200
         proc.send_signal(signal.SIGTERM)
@@ -672,10 +685,8 @@ async def test_mend_run_without_tracing_never_imports_the_sdk(
 ) -> None:
     """No OTEL_* variable: a proxied request, and not one OpenTelemetry module imported."""
     upstream = await start_upstream({"GET /ok": ok})
-    async with mend_run(str(upstream.make_url("")), {}, python=("-X", "importtime")) as (
-        url,
-        proc,
-    ):
+    async with mend_run(str(upstream.make_url("")), {}, python=("-X", "importtime")) as running:
+        url, proc = running.url, running.proc
         async with aiohttp.ClientSession() as client, client.get(f"{url}/ok") as response:
             assert response.status == 200
         proc.send_signal(signal.SIGTERM)
@@ -696,7 +707,8 @@ async def test_mend_run_with_tracing_disabled_exports_nothing(
         "OTEL_SDK_DISABLED": "true",
         "OTEL_BSP_SCHEDULE_DELAY": "50",
     }
-    async with mend_run(str(upstream.make_url("")), env) as (url, proc):
+    async with mend_run(str(upstream.make_url("")), env) as running:
+        url, proc = running.url, running.proc
         async with aiohttp.ClientSession() as client, client.get(f"{url}/boom") as response:
             assert response.status == 500
         proc.send_signal(signal.SIGTERM)
@@ -755,7 +767,8 @@ async def test_each_worker_exports_its_own_spans(
     upstream = await start_upstream({"GET /ok": ok})
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "50"}
     pids: set[int] = set()
-    async with mend_run(str(upstream.make_url("")), env, "--workers", "2") as (url, _):
+    async with mend_run(str(upstream.make_url("")), env, "--workers", "2") as running:
+        url = running.url
         async with asyncio.timeout(30):
             while len(pids) < 2:  # a new connection each time: SO_REUSEPORT spreads them
                 async with aiohttp.ClientSession() as client, client.get(f"{url}/ok") as answer:
@@ -798,3 +811,80 @@ async def test_an_unsampled_trace_is_no_exemplar(
     exposition = await traced.scrape()
     assert "mend_errors_total{" in exposition
     assert "trace_id" not in exposition
+
+
+@pytest.mark.slow
+async def test_prometheus_keeps_the_trace_id_of_an_error(
+    start_upstream: StartUpstream, receiver: Receiver, tmp_path: Path
+) -> None:
+    """A real Prometheus with exemplar storage (as docker-compose runs it) scraping mend's admin
+    port returns, for mend_errors_total, an exemplar naming the failed request's trace."""
+    prometheus = shutil.which("prometheus")
+    if prometheus is None:
+        pytest.skip("prometheus is not installed; run scripts/install-system-deps as root")
+    upstream = await start_upstream({"GET /boom": fail})
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
+    async with mend_run(str(upstream.make_url("")), env) as running:
+        config = {
+            "global": {"scrape_interval": "1s"},
+            "scrape_configs": [
+                {"job_name": "mend", "static_configs": [{"targets": [running.admin[7:]]}]}
+            ],
+        }
+        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+        prom_url = f"http://127.0.0.1:{free_port()}"
+        prom = await asyncio.create_subprocess_exec(
+            prometheus,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address={prom_url[7:]}",
+            "--enable-feature=exemplar-storage",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        try:
+            async with aiohttp.ClientSession() as client:
+                sent = {"traceparent": AGENT_PARENT}
+                async with client.get(f"{running.url}/boom", headers=sent) as answer:
+                    assert answer.status == 500
+                found = await _exemplar_trace_ids(client, prom_url, "mend_errors_total")
+        finally:
+            prom.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(30):
+                await prom.wait()
+    assert found == {AGENT_TRACE}
+
+
+async def _exemplar_trace_ids(client: aiohttp.ClientSession, prom: str, metric: str) -> set[str]:
+    """The trace ids of ``metric``'s exemplars, once Prometheus has some (30 s at most)."""
+    now = time.time()
+    query = {"query": metric, "start": str(now - 600), "end": str(now + 600)}
+    async with asyncio.timeout(30):
+        while True:
+            try:
+                async with client.get(f"{prom}/api/v1/query_exemplars", params=query) as reply:
+                    data = (await reply.json())["data"] if reply.status == 200 else []
+            except aiohttp.ClientConnectionError:
+                data = []
+            found = {
+                exemplar["labels"]["trace_id"]
+                for series in data
+                for exemplar in series["exemplars"]
+                if "trace_id" in exemplar["labels"]
+            }
+            if found:
+                return found
+            await asyncio.sleep(0.5)
+
+
+def test_the_error_panel_shows_exemplars_that_open_the_trace() -> None:
+    """The dashboard's "Errors by code" query asks for exemplars, and the provisioned
+    Prometheus data source links their trace_id label to a trace."""
+    dashboard = json.loads((ROOT / "grafana" / "dashboards" / "mend.json").read_text())
+    panel = next(p for p in dashboard["panels"] if p.get("title") == "Errors by code")
+    assert [target.get("exemplar") for target in panel["targets"]] == [True]
+    source = yaml.safe_load(
+        (ROOT / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text()
+    )
+    links = source["datasources"][0]["jsonData"]["exemplarTraceIdDestinations"]
+    assert [link["name"] for link in links] == ["trace_id"]

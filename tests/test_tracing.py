@@ -284,6 +284,27 @@ async def test_a_malformed_traceparent_starts_a_new_trace(
     assert seen[0].startswith(f"00-{server.trace_id}-{client.span_id}-")
 
 
+async def test_an_oversized_tracestate_is_dropped_and_the_trace_continued(
+    start_upstream: StartUpstream, start_traced: StartTraced
+) -> None:
+    """A 40 KB tracestate (over W3C's limits): the trace is still continued, and the upstream
+    gets mend's traceparent with no tracestate."""
+    seen: list[tuple[str | None, str | None]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append((request.headers.get("traceparent"), request.headers.get("tracestate")))
+        return web.json_response({})
+
+    traced = await start_traced(await start_upstream({"GET /ok": record}))
+    headers = {"traceparent": AGENT_PARENT, "tracestate": "a=b, " * 8_000}
+    assert (await traced.mend.client.get("/ok", headers=headers)).status == 200
+    await traced.receiver.wait(2)
+    assert traced.receiver.one(SERVER).trace_id == AGENT_TRACE
+    assert seen[0][0] is not None
+    assert seen[0][0].startswith(f"00-{AGENT_TRACE}-")
+    assert seen[0][1] is None
+
+
 # --- configuration ---------------------------------------------------------------------------
 
 

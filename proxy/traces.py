@@ -50,8 +50,9 @@ from proxy.tracing import TraceConfig
 #: Characters of one attribute value (a path can be 64 KiB), unless ``OTEL_*`` set a limit.
 ATTRIBUTE_LENGTH = 2048
 _LENGTH_VARIABLES = ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
-#: MCP's session header (``mcp.session.id``).
+#: MCP's session and version headers (``mcp.session.id``, ``mcp.protocol.version``).
 _SESSION = "Mcp-Session-Id"
+_VERSION = "MCP-Protocol-Version"
 #: Seconds ``close`` waits for the last spans to be exported.
 FLUSH_TIMEOUT_S = 5.0
 #: Characters of a ``_meta.traceparent`` / ``tracestate`` read from a body (the propagator's caps).
@@ -177,6 +178,7 @@ class RequestTrace:
         "trace_id",
         "trace_id_int",
         "tracer",
+        "version",
     )
 
     def __init__(self, tracer: Tracer, context: Context, request: web.BaseRequest) -> None:
@@ -188,6 +190,7 @@ class RequestTrace:
         self.scheme = request.scheme
         self.client_addr = request.remote
         self.session = request.headers.get(_SESSION)
+        self.version = request.headers.get(_VERSION)
         parent = _parent_id(context)
         self.remote = parent is not None
         self.trace_id_int = parent if parent is not None else tracer.ids.generate_trace_id()
@@ -309,7 +312,7 @@ class RequestTrace:
             name = f"{self.method} {self.http_route}"
         if exchange.status is not None:
             attributes["mend.upstream_status"] = exchange.status
-        protocol_name = _protocol(self.call, self.session, attributes)
+        protocol_name = _protocol(self.call, self.session, self.version, attributes)
         if protocol_name is not None:
             name = protocol_name
         span.update_name(name)
@@ -368,7 +371,9 @@ def _meta_carrier(call: Call) -> dict[str, str] | None:
     return carrier
 
 
-def _protocol(call: Call | None, session: str | None, attributes: dict[str, Any]) -> str | None:
+def _protocol(
+    call: Call | None, session: str | None, version: str | None, attributes: dict[str, Any]
+) -> str | None:
     """The span name and attributes the agent's protocol gives (MCP, JSON-RPC, GraphQL)."""
     protocol = call.protocol if call is not None else None
     if call is None or protocol is None:
@@ -385,6 +390,8 @@ def _protocol(call: Call | None, session: str | None, attributes: dict[str, Any]
             attributes["mcp.method.name"] = method
             if session is not None:
                 attributes["mcp.session.id"] = _clip(session)
+            if version is not None:
+                attributes["mcp.protocol.version"] = _clip(version)
             tool = single.tool
             if tool is not None:
                 attributes["gen_ai.tool.name"] = _clip(tool)

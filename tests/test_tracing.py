@@ -452,7 +452,7 @@ async def test_a_tools_call_span_is_named_for_the_tool_with_mcp_attributes(
     start_traced: StartTraced,
 ) -> None:
     """A session's tools/call: span ``tools/call <tool>`` with mcp.method.name,
-    gen_ai.tool.name, jsonrpc.request.id and mcp.session.id."""
+    gen_ai.tool.name, jsonrpc.request.id, mcp.session.id and mcp.protocol.version."""
     async with serving(mcp_server(json_response=True)) as upstream:
         traced = await start_traced(upstream)
         client = traced.mend.client
@@ -482,6 +482,7 @@ async def test_a_tools_call_span_is_named_for_the_tool_with_mcp_attributes(
     assert span.attributes["gen_ai.tool.name"] == "create_issue"
     assert span.attributes["jsonrpc.request.id"] == "7"
     assert span.attributes["mcp.session.id"] == session
+    assert span.attributes["mcp.protocol.version"] == "2025-06-18"
     assert span.status == UNSET
 
 

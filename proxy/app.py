@@ -651,6 +651,7 @@ class Proxy:
         if failure.upstream:
             self.metrics.upstream_failures.labels(exchange.route, failure.reason).inc()
         exchange.status = None
+        exchange.applied = failure.applied
         rule = request[_GEN].loaded.engine.own[failure.rule]
         found: dict[str, Any] = {}
         for name in OWN_FAILURE_VARS & failure.context.keys():

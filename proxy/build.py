@@ -345,7 +345,9 @@ def build(
         hint = f"{hint} {_WARN}"
         steps = [_WARN, *steps]
     elif again is Resend.UNSAFE:
-        hint, steps = check_first(operation, tool=exchange.tool is not None)
+        hint, steps = check_first(
+            operation, tool=exchange.tool is not None, destructive=exchange.destructive
+        )
 
     return Envelope(
         code=spec.code,

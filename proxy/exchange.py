@@ -42,10 +42,12 @@ class Exchange:
     tool: str | None = None
     #: mend's own failure: whether the request may have taken effect upstream (CONTRACT §1
     #: ``applied``; ``None``: the upstream answered), and whether sending it again is safe when
-    #: something other than its method says (``proxy/resend.py``: a route override, an MCP
-    #: tool's annotations; ``None``: the method decides)
+    #: something other than its method says (``proxy/retry_safety.py``: a route override, an
+    #: MCP tool's annotations; ``None``: the method decides)
     applied: Applied | None = None
     retry_safe: bool | None = None
+    #: an MCP tool its server did not mark non-destructive: a plan to check first asks the user
+    destructive: bool = False
     #: JMESPath results by expression: many rules ask the same questions of one body.
     queried: dict[str, Any] = field(default_factory=dict)
 

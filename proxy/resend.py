@@ -45,9 +45,10 @@ def keyed_steps(steps: list[str]) -> list[str]:
     return [*steps[:-1], KEY_SENTENCE, *steps[-1:]] if steps else [KEY_SENTENCE]
 
 
-def check_first(operation: str, tool: bool) -> tuple[str, list[str]]:
+def check_first(operation: str, *, tool: bool, destructive: bool) -> tuple[str, list[str]]:
     """The hint and steps for a request that may have taken effect and must not be repeated
-    blindly; ``operation`` as a hint names it (``build._operation``)."""
+    blindly; ``operation`` as a hint names it (``build._operation``). A ``destructive`` tool
+    (MCP's default for one not read-only) has the user asked before it is called again."""
     how = (
         "call a tool that reads what it creates or changes"
         if tool
@@ -57,10 +58,31 @@ def check_first(operation: str, tool: bool) -> tuple[str, list[str]]:
         f"Do not send {operation} again yet: it may already have taken effect. Check whether it "
         f"did ({how}), and send it again only if it did not."
     )
+    last = (
+        f"Send {operation} again only if it did not take effect; if you cannot tell, ask the user."
+    )
+    if destructive:
+        hint = f"{hint} The tool may change or delete data: ask the user before calling it again."
+        last = f"Ask the user before sending {operation} again: the tool may change or delete data."
     steps = [
         f"{operation[:1].upper()}{operation[1:]} was sent but no answer came back: "
         "it may already have taken effect.",
         f"Check whether it did: {how}.",
+        last,
+    ]
+    return hint, steps
+
+
+def check_with(operation: str, reader: str) -> tuple[str, list[str]]:
+    """The hint and steps for a request that may have taken effect, checked by ``reader`` (the
+    documented read operation, ``proxy/openapi/check_first.py``)."""
+    hint = (
+        f"Do not send {operation} again yet: it may already have taken effect. Call {reader} "
+        "to check whether it did, and send it again only if it did not."
+    )
+    steps = [
+        f"{operation} was sent but no answer came back: it may already have taken effect.",
+        f"Call {reader} to check whether it did.",
         f"Send {operation} again only if it did not take effect; if you cannot tell, ask the user.",
     ]
     return hint, steps

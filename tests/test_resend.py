@@ -12,11 +12,13 @@ import contextlib
 import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
-from tests.conftest import Mend, StartMend
+from tests.conftest import Mend, StartMend, StartUpstream
 
 IDEMPOTENT = ["GET", "PUT", "DELETE", "OPTIONS"]
 WRITES = ["POST", "PATCH"]
@@ -213,3 +215,83 @@ async def test_reset_get_reaches_the_upstream_once(start_mend: StartMend) -> Non
         assert response.headers["X-Error-Code"] == "UPSTREAM_PROTOCOL_ERROR"
     assert raw is not None
     assert raw.requests == 1
+
+
+async def test_route_override_makes_a_post_retryable(start_mend: StartMend) -> None:
+    """A route's retry_safe entry for a POST that only reads: retryable after a hang."""
+    async with _upstream("hang") as (url, _):
+        mend = await start_mend(
+            url,
+            route={
+                "read_timeout": READ_TIMEOUT,
+                "retry_safe": [{"operation": "POST /orders/*", "safe": True}],
+            },
+        )
+        error, _ = await _call(mend, "POST")
+    assert (error["applied"], error["retryable"], error["action"]) == ("unknown", True, "retry")
+
+
+async def test_route_override_makes_a_put_check_first(start_mend: StartMend) -> None:
+    """A route's retry_safe entry marking a PUT unsafe (an upstream that appends on PUT)."""
+    async with _upstream("hang") as (url, _):
+        mend = await start_mend(
+            url,
+            route={
+                "read_timeout": READ_TIMEOUT,
+                "retry_safe": [{"operation": "PUT /orders/**", "safe": False}],
+            },
+        )
+        error, _ = await _call(mend, "PUT")
+    assert (error["applied"], error["retryable"], error["action"]) == ("unknown", False, "escalate")
+
+
+SHOP = Path(__file__).parent / "data" / "openapi" / "shop-3.0.yaml"
+
+
+async def _shop(start_upstream: StartUpstream, start_mend: StartMend) -> Mend:
+    """The documented shop (servers: /api/v1) whose every answer comes too late."""
+
+    async def late(_: web.Request) -> web.Response:
+        await asyncio.sleep(3)
+        return web.json_response({})
+
+    server = await start_upstream({"/api/v1/{tail:.*}": late})
+    url = str(server.make_url("/api/v1")).rstrip("/")
+    return await start_mend(url, route={"openapi": SHOP, "read_timeout": READ_TIMEOUT})
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "reader", "args"),
+    [
+        ("POST", "/orders", "GET /orders", None),
+        ("PATCH", "/orders/7", "GET /orders/{orderId}", {"orderId": "7"}),
+    ],
+)
+async def test_documented_write_names_the_read_operation_to_check(
+    start_upstream: StartUpstream,
+    start_mend: StartMend,
+    method: str,
+    path: str,
+    reader: str,
+    args: dict[str, str] | None,
+) -> None:
+    """A write that may have taken effect on a documented route: call the read operation first."""
+    mend = await _shop(start_upstream, start_mend)
+    async with asyncio.timeout(10):
+        error = (await (await mend.client.request(method, path, json={})).json())["error"]
+    assert (error["applied"], error["retryable"]) == ("unknown", False)
+    assert (error["action"], error["next_operation"]) == ("call_other_operation", reader)
+    assert error["next_operation_args"] == args
+    assert f"Call {reader} to check whether it did" in error["hint"]
+
+
+async def test_documented_write_without_a_read_operation_is_checked_in_words(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """A documented write with no GET to check it by: the plan says how in plain words."""
+    mend = await _shop(start_upstream, start_mend)
+    async with asyncio.timeout(10):
+        response = await mend.client.post("/orders/7/finalize", json={})
+        error = (await response.json())["error"]
+    assert (error["action"], error["next_operation"]) == ("escalate", None)
+    assert "read the resource it creates or changes" in error["hint"]

@@ -21,6 +21,7 @@ from proxy.regex import linear
 from proxy.resend import KEY_SENTENCE, Resend, check_first, keyed_steps, resend
 from proxy.retry import clamp, retry_after_ms
 from proxy.rulefile import EnvelopeSpec, InvalidFieldsSpec, compile_jmespath
+from proxy.stated_wait import stated_wait_ms
 from proxy.template import Template, compile_value, render_value, scrub_value
 
 Scrub = Callable[[str], str]
@@ -307,6 +308,8 @@ def build(
         wait = _int(from_rule)
         if wait is None:
             wait = retry_after_ms(exchange.headers)
+        if wait is None:
+            wait = stated_wait_ms(exchange)  # a body that says when, whatever rule matched
         wait = clamp(
             options.retry_after_default_ms if wait is None else wait, options.retry_after_max_ms
         )

@@ -9,9 +9,11 @@ documentation shows.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from email.utils import formatdate
 
 import pytest
@@ -214,3 +216,78 @@ async def test_every_rate_limit_form_states_the_wait(
     assert abs(error["retry_after_ms"] - wait_ms) <= 2000, form
     assert response.headers["Retry-After"] == str(math.ceil(error["retry_after_ms"] / 1000))
     assert "applied" not in error  # the upstream answered: it did not process the request
+
+
+def _iso(seconds_from_now: float) -> str:
+    return datetime.fromtimestamp(time.time() + seconds_from_now, UTC).isoformat()
+
+
+#: (name, status, content type, the body as the upstream answers, the wait it states in ms)
+_BODIES: list[tuple[str, int, str, Callable[[], str], int]] = [
+    (
+        "json-retry-after-ms",
+        429,
+        "application/json",
+        lambda: '{"error": "Too many requests", "retry_after_ms": 2500}',
+        2_500,
+    ),
+    (
+        "json-reset-at-iso",
+        429,
+        "application/json",
+        lambda: json.dumps({"message": "Too many requests", "reset_at": _iso(45)}),
+        45_000,
+    ),
+    (
+        "json-error-reset-epoch-ms",
+        429,
+        "application/json",
+        lambda: json.dumps(
+            {"error": {"message": "slow down", "resetAt": round(time.time() * 1000) + 30_000}}
+        ),
+        30_000,
+    ),
+    (
+        "text-minutes",
+        429,
+        "text/plain",
+        lambda: "Too many requests. Please try again in 2 minutes.",
+        120_000,
+    ),
+    (
+        "text-go-duration",
+        429,
+        "application/json",
+        lambda: json.dumps(
+            {"error": {"message": "Rate limit reached for requests. Please try again in 6m0s."}}
+        ),
+        360_000,
+    ),
+    ("text-503", 503, "text/plain", lambda: "Overloaded; retry after 90 seconds.", 90_000),
+]
+
+
+@pytest.mark.parametrize(
+    ("form", "status", "content_type", "body", "wait_ms"), _BODIES, ids=[b[0] for b in _BODIES]
+)
+async def test_every_body_stated_reset_gives_the_wait(
+    start_upstream: StartUpstream,
+    start_mend: StartMend,
+    form: str,
+    status: int,
+    content_type: str,
+    body: Callable[[], str],
+    wait_ms: int,
+) -> None:
+    """An error body that says when (JSON member or sentence), no header: that wait, whatever
+    rule matched, and Retry-After its ceiling."""
+
+    async def handler(_: web.Request) -> web.Response:
+        return web.Response(status=status, text=body(), content_type=content_type)
+
+    mend = await start_mend(await start_upstream({"/api/x": handler}))
+    response = await mend.client.get("/api/x")
+    error = (await response.json())["error"]
+    assert error["retryable"] is True, form
+    assert abs(error["retry_after_ms"] - wait_ms) <= 2000, (form, error["rule"])
+    assert response.headers["Retry-After"] == str(math.ceil(error["retry_after_ms"] / 1000))

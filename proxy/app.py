@@ -833,6 +833,8 @@ class Proxy:
             line["upstream_ms"] = round(upstream_s * 1000, 3)
         if envelope is not None:
             line["code"], line["rule"] = envelope.code, envelope.rule
+            if envelope.applied is not None:
+                line["applied"] = envelope.applied
             if exchange.protocol != "http":
                 line["protocol"] = exchange.protocol
             if exchange.text:

@@ -55,8 +55,8 @@ def check_first(operation: str, *, tool: bool, destructive: bool) -> tuple[str, 
         else "read the resource it creates or changes (fetch it, or list the most recent ones)"
     )
     hint = (
-        f"Do not send {operation} again yet: it may already have taken effect. Check whether it "
-        f"did ({how}), and send it again only if it did not."
+        f"Do not send {operation} again yet: it may already have taken effect. First {how} to "
+        "check whether it did; send it again only if it did not."
     )
     last = (
         f"Send {operation} again only if it did not take effect; if you cannot tell, ask the user."

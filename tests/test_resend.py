@@ -162,6 +162,15 @@ async def test_refused_connection_was_not_applied(start_mend: StartMend, method:
     assert "Retry-After" in headers
 
 
+async def test_log_line_names_applied(start_mend: StartMend) -> None:
+    """The operator's request log line carries applied beside the code."""
+    async with _upstream("reset") as (url, _):
+        mend = await _start(start_mend, url)
+        await _call(mend, "POST")
+    line = next(entry for entry in mend.log_lines() if entry.get("event") == "request")
+    assert (line["code"], line["applied"]) == ("UPSTREAM_PROTOCOL_ERROR", "unknown")
+
+
 async def test_head_sent_then_lost_is_retryable(start_mend: StartMend) -> None:
     """A HEAD (no body to read the envelope from) that hung: the retry's Retry-After is sent."""
     async with _upstream("hang") as (url, _):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -171,6 +172,17 @@ async def test_log_line_names_applied(start_mend: StartMend) -> None:
     assert (line["code"], line["applied"]) == ("UPSTREAM_PROTOCOL_ERROR", "unknown")
 
 
+async def test_open_circuit_was_not_applied(start_mend: StartMend) -> None:
+    """A POST answered by an open circuit never left mend: applied no, retryable."""
+    async with _upstream("refused") as (url, _):
+        mend = await start_mend(url, circuit={"failures": 1, "open_s": 30})
+        await _call(mend, "POST")
+        error, headers = await _call(mend, "POST")
+    assert error["code"] == "UPSTREAM_UNAVAILABLE"
+    assert (error["applied"], error["retryable"], error["action"]) == ("no", True, "retry")
+    assert "Retry-After" in headers
+
+
 async def test_head_sent_then_lost_is_retryable(start_mend: StartMend) -> None:
     """A HEAD (no body to read the envelope from) that hung: the retry's Retry-After is sent."""
     async with _upstream("hang") as (url, _):
@@ -304,3 +316,32 @@ async def test_documented_write_without_a_read_operation_is_checked_in_words(
         error = (await response.json())["error"]
     assert (error["action"], error["next_operation"]) == ("escalate", None)
     assert "read the resource it creates or changes" in error["hint"]
+
+
+async def test_request_body_cut_off_on_its_way_may_have_been_applied(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """An agent's body that stalls while mend streams it upstream: REQUEST_TIMEOUT, applied
+    unknown (the upstream had part of it), so a POST is not retried blindly."""
+
+    async def reads(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(text="ok")
+
+    upstream = await start_upstream({"/orders": reads})
+    mend = await start_mend(upstream, client_body_timeout=0.5)
+    reader, writer = await asyncio.open_connection(mend.client.host, mend.client.port)
+    try:
+        writer.write(
+            b"POST /orders HTTP/1.1\r\nHost: shop\r\nTransfer-Encoding: chunked\r\n"
+            b'Content-Type: application/json\r\n\r\n5\r\n{"a":\r\n'
+        )
+        await writer.drain()  # then nothing more: the body stalls mid-stream
+        async with asyncio.timeout(10):
+            answer = await reader.read(65536)
+    finally:
+        writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert b"X-Error-Code: REQUEST_TIMEOUT" in head
+    error = json.loads(body)["error"]
+    assert (error["applied"], error["retryable"]) == ("unknown", False)

@@ -531,11 +531,14 @@ class Proxy:
             call,
         )
 
-    def _judge(self, request: web.BaseRequest, exchange: Exchange) -> None:
+    def _judge(
+        self, request: web.BaseRequest, exchange: Exchange, call: Call | None = None
+    ) -> None:
         """What besides its method says whether a request that may have taken effect is safe
-        to send again: the route's ``retry_safe:``, an MCP tool's annotations."""
+        to send again: the route's ``retry_safe:``, an MCP tool's annotations, the protocol."""
         runtime = request[_GEN].route_for(request.rel_url.raw_path)
-        verdict = self.retry_safety.verdict(runtime.route if runtime else None, exchange)
+        sent = call.document() if call is not None else None
+        verdict = self.retry_safety.verdict(runtime.route if runtime else None, exchange, sent)
         exchange.retry_safe, exchange.destructive = verdict.safe, verdict.destructive
 
     def _learn_tools(
@@ -695,7 +698,7 @@ class Proxy:
         if protocol is not None and call is not None:
             described(protocol, call, exchange)
         if failure.applied == "unknown":
-            self._judge(request, exchange)
+            self._judge(request, exchange, call)
         evaluation = rewrite(
             match, exchange, self._redactor(request, exchange.route), self._options(request)
         )

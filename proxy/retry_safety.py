@@ -9,6 +9,11 @@ stream) and remembers per route in one capped table. A tool read-only or idempot
 call again; ``destructiveHint`` does not change that (deleting twice deletes once) but tells the
 plan to ask the user first. Annotations are hints from the server, as MCP says: a route's
 ``retry_safe:`` entry overrides them, and the method, for the requests it names.
+
+Some POSTs only read, whatever their method says: every MCP request but ``tools/call``
+(``tools/list``, ``resources/read``, ``prompts/get``, ``ping``...: listing, reading or setting
+a state twice has the effect of once), and a GraphQL request whose document holds no
+``mutation`` (a query; a persisted query, with no document, is not known to be one).
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ class Verdict:
 
 
 _NO_VERDICT = Verdict()
+_READS = Verdict(safe=True)
 _Compiled = tuple[tuple[str | None, Linear, bool], ...]  # (method or None for a tool, glob, safe)
 
 
@@ -125,8 +131,9 @@ class RetrySafety:
     def hints(self, route: str, tool: str) -> ToolHints | None:
         return self._tools.get((route, tool))
 
-    def verdict(self, route: Route | None, exchange: Exchange) -> Verdict:
-        """What the route's overrides, else the tool's annotations, say of this request."""
+    def verdict(self, route: Route | None, exchange: Exchange, sent: Any = None) -> Verdict:
+        """What the route's overrides, else the tool's annotations, else the protocol say of
+        this request; ``sent`` is its JSON body when mend kept it (``Call.document``)."""
         if route is not None and route.retry_safe:
             for method, glob, safe in self._compiled(route.retry_safe):
                 if method is None:
@@ -136,7 +143,7 @@ class RetrySafety:
                 if hit:
                     return Verdict(safe)
         if exchange.tool is None:
-            return _NO_VERDICT
+            return _READS if _only_reads(exchange, sent) else _NO_VERDICT
         hints = self.hints(exchange.route, exchange.tool)
         if hints is None:
             return _NO_VERDICT
@@ -149,6 +156,16 @@ class RetrySafety:
                 self._overrides.clear()
             compiled = self._overrides[entries] = tuple(_compile(entry) for entry in entries)
         return compiled
+
+
+def _only_reads(exchange: Exchange, sent: Any) -> bool:
+    """An MCP request other than a tool call, or a GraphQL request without a mutation."""
+    if exchange.protocol == "mcp":
+        return exchange.rpc_method is not None and exchange.rpc_method != "tools/call"
+    if exchange.protocol == "graphql" and isinstance(sent, dict):
+        document = sent.get("query")
+        return isinstance(document, str) and "mutation" not in document
+    return False
 
 
 def _compile(entry: RetrySafe) -> tuple[str | None, Linear, bool]:

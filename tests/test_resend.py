@@ -345,3 +345,49 @@ async def test_request_body_cut_off_on_its_way_may_have_been_applied(
     assert b"X-Error-Code: REQUEST_TIMEOUT" in head
     error = json.loads(body)["error"]
     assert (error["applied"], error["retryable"]) == ("unknown", False)
+
+
+_MCP = {"MCP-Protocol-Version": "2025-06-18", "Accept": "application/json, text/event-stream"}
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "retryable"),
+    [
+        ("resources/read", {"uri": "file:///orders/7"}, True),
+        ("tools/list", {}, True),
+        ("tools/call", {"name": "create_order", "arguments": {}}, False),
+    ],
+)
+async def test_mcp_requests_other_than_tool_calls_only_read(
+    start_mend: StartMend, method: str, params: dict[str, Any], retryable: bool
+) -> None:
+    """A hung MCP request: listing or reading is retried; a tool call nobody described is not."""
+    async with _upstream("hang") as (url, _):
+        mend = await start_mend(url, route={"read_timeout": READ_TIMEOUT, "protocol": "mcp"})
+        call = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+        async with asyncio.timeout(10):
+            answer = await (await mend.client.post("/mcp", json=call, headers=_MCP)).json()
+    error = answer["error"]["data"]
+    assert answer["id"] == 7
+    assert (error["applied"], error["retryable"]) == ("unknown", retryable)
+
+
+@pytest.mark.parametrize(
+    ("document", "retryable"),
+    [
+        ("query Orders { orders { id } }", True),
+        ("{ order(id: 7) { id } }", True),
+        ("mutation Pay { pay(order: 7) { id } }", False),
+    ],
+)
+async def test_graphql_query_is_retried_and_mutation_checked_first(
+    start_mend: StartMend, document: str, retryable: bool
+) -> None:
+    """A hung GraphQL POST: a query only reads and is retried; a mutation is not."""
+    async with _upstream("hang") as (url, _):
+        mend = await start_mend(url, route={"read_timeout": READ_TIMEOUT, "protocol": "graphql"})
+        async with asyncio.timeout(10):
+            response = await mend.client.post("/graphql", json={"query": document})
+            answer = await response.json()
+    error = answer["errors"][0]["extensions"]["mend"]
+    assert (error["applied"], error["retryable"]) == ("unknown", retryable)

@@ -94,3 +94,18 @@ def test_bad_override_is_a_config_error_with_file_and_line(tmp_path: Path) -> No
         load_settings(config)
     assert f"{config}:" in str(raised.value)
     assert "METHOD /path" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("sent", "safe"),
+    [
+        ({"query": "{ orders { id } }"}, True),
+        ({"query": "mutation { pay }"}, None),
+        ({"extensions": {"persistedQuery": {"sha256Hash": "ab"}}}, None),  # no document to read
+        ({"query": 7}, None),
+    ],
+)
+def test_graphql_requests_read_unless_a_mutation_is_in_them(sent: Any, safe: bool | None) -> None:
+    """A GraphQL document without a mutation is a read; anything mend cannot read is not."""
+    exchange = Exchange("POST", "/graphql", "r", "q", {}, protocol="graphql")
+    assert RetrySafety().verdict(None, exchange, sent).safe is safe

@@ -57,7 +57,6 @@ _AMBIGUOUS_STATUSES = frozenset({502, 504})
 _WARN = (
     "The first attempt may already have taken effect: check its outcome before sending it again."
 )
-
 _WS = re.compile(r"\s+")
 
 

@@ -3,9 +3,10 @@
 CONTRACT §1, "Retry advice and idempotency": when mend sent a request and got no usable answer
 (``applied: "unknown"``), the same request again is safe only for an idempotent method (RFC 9110
 §9.2.2), for a request carrying an ``Idempotency-Key`` (draft-ietf-httpapi-idempotency-key-header:
-the API applies one key at most once, so the retry reuses it), and for an MCP tool annotated
-idempotent or read-only (``exchange.retry_safe``, set from ``proxy/tool_hints.py`` or a route's
-``retry_safe:`` override). Anything else may be applied twice: the plan is to check first.
+the API applies one key at most once, so the retry reuses it), and for what
+``proxy/retry_safety.py`` calls safe (``Exchange.retry_safe``: a route's ``retry_safe:``
+override, an MCP tool annotated idempotent or read-only, a POST that only reads). Anything else
+may be applied twice: the plan is to check first.
 """
 
 from __future__ import annotations

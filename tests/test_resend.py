@@ -391,3 +391,22 @@ async def test_graphql_query_is_retried_and_mutation_checked_first(
             answer = await response.json()
     error = answer["errors"][0]["extensions"]["mend"]
     assert (error["applied"], error["retryable"]) == ("unknown", retryable)
+
+
+@pytest.mark.parametrize("status", [429, 503])
+async def test_answers_that_say_not_processed_keep_their_advice(
+    start_upstream: StartUpstream, start_mend: StartMend, status: int
+) -> None:
+    """A POST answered 429 or 503 was not processed: retryable as before, no applied field."""
+
+    async def refuse(_: web.Request) -> web.Response:
+        return web.json_response({"message": "busy"}, status=status, headers={"Retry-After": "3"})
+
+    mend = await start_mend(await start_upstream({"/orders": refuse}))
+    async with asyncio.timeout(10):
+        response = await mend.client.post("/orders", json={"qty": 1})
+        error = (await response.json())["error"]
+    assert (error["retryable"], error["action"], error["retry_after_ms"]) == (True, "retry", 3000)
+    assert "applied" not in error
+    assert "may already have taken effect" not in error["hint"]
+    assert response.headers["Retry-After"] == "3"

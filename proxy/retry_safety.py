@@ -32,6 +32,8 @@ from proxy.settings import RetrySafe, Route
 MAX_TOOLS = 4096
 #: Tools read from one ``tools/list`` answer (a page: servers paginate long lists).
 MAX_LISTED = 1000
+#: Elements of a batch answer looked at for a ``tools/list`` result.
+MAX_BATCH = 100
 #: MCP tool names are 1 to 128 characters (2025-11-25); longer ones are not remembered.
 MAX_NAME = 128
 #: Compiled override lists kept (one per distinct ``retry_safe:`` list; reloads add more).
@@ -98,7 +100,7 @@ def _hints(tool: Any) -> tuple[str, ToolHints] | None:
 
 def _listed_tools(document: Any) -> Iterator[Any]:
     """The ``tools`` of every JSON-RPC result in a response (one object or a batch)."""
-    for item in document if isinstance(document, list) else [document]:
+    for item in document[:MAX_BATCH] if isinstance(document, list) else [document]:
         result = item.get("result") if isinstance(item, dict) else None
         tools = result.get("tools") if isinstance(result, dict) else None
         if isinstance(tools, list):

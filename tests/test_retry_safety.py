@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from proxy.exchange import Exchange
-from proxy.retry_safety import MAX_NAME, RetrySafety, ToolHints
+from proxy.retry_safety import MAX_BATCH, MAX_LISTED, MAX_NAME, RetrySafety, ToolHints
 from proxy.rulefile import RuleError
 from proxy.settings import Route, load_settings
 
@@ -109,3 +109,13 @@ def test_graphql_requests_read_unless_a_mutation_is_in_them(sent: Any, safe: boo
     """A GraphQL document without a mutation is a read; anything mend cannot read is not."""
     exchange = Exchange("POST", "/graphql", "r", "q", {}, protocol="graphql")
     assert RetrySafety().verdict(None, exchange, sent).safe is safe
+
+
+def test_one_answer_is_read_up_to_its_caps() -> None:
+    """A huge batch or tools list is read only up to MAX_BATCH elements and MAX_LISTED tools."""
+    table = RetrySafety(max_tools=10 * MAX_LISTED)
+    table.learn("r", _listing(*({"name": f"t{i}"} for i in range(MAX_LISTED + 5))))
+    assert len(table) == MAX_LISTED
+    batch = [{"jsonrpc": "2.0", "id": i, "result": {}} for i in range(MAX_BATCH)]
+    table.learn("r", [*batch, _listing({"name": "late"})])
+    assert table.hints("r", "late") is None

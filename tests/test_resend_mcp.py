@@ -1,26 +1,37 @@
 """Retry advice for an MCP ``tools/call`` that may have been applied follows the tool's
 annotations (``tools/list``), with the official SDK on both ends.
 
-The server is a real FastMCP app under uvicorn (JSON or SSE answers) behind a small ASGI layer
-that never answers a ``tools/call`` (the tool hangs as far as anyone can tell); the client is a
-real ``ClientSession`` through mend. Only SDK surfaces common to its releases are used.
+The server is a real SDK app (FastMCP; MCPServer in SDK 2) under uvicorn (JSON or SSE answers)
+behind a small ASGI layer that never answers a ``tools/call`` (the tool hangs as far as anyone
+can tell); the client is a real ``ClientSession`` through mend. Only SDK surfaces common to its
+1.x and 2.x releases are used: the server class is found under either name, its HTTP settings go
+where its release takes them, annotations are given by their wire names, and an error's data is
+read from either shape.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import uvicorn
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.server.fastmcp import FastMCP
 from mcp.types import ToolAnnotations
+
+if TYPE_CHECKING:  # the SDK the dev extras pin
+    from mcp.server.fastmcp import FastMCP as Server
+else:
+    try:  # SDK 2.x
+        from mcp.server.mcpserver import MCPServer as Server
+    except ImportError:  # SDK 1.x
+        from mcp.server.fastmcp import FastMCP as Server
 
 from tests.conftest import Mend, StartMend
 
@@ -29,22 +40,29 @@ ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
 READ_TIMEOUT = 0.5
 
 
-def orders_server(*, json_response: bool) -> FastMCP:
-    """An order desk: a tool of each kind MCP's annotations describe."""
-    server = FastMCP("orders", json_response=json_response, stateless_http=True)
+def _annotations(**hints: bool) -> ToolAnnotations:
+    return ToolAnnotations.model_validate(hints)  # wire names: the fields' names or aliases
 
-    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+
+def orders_app(*, json_response: bool) -> ASGIApp:
+    """An order desk: a tool of each kind MCP's annotations describe, as an ASGI app."""
+    http: dict[str, Any] = {"json_response": json_response, "stateless_http": True}
+    # SDK 1 takes the HTTP settings in the constructor, SDK 2 in streamable_http_app()
+    on_app = "json_response" in inspect.signature(Server.streamable_http_app).parameters
+    server = Server("orders") if on_app else Server("orders", **http)
+
+    @server.tool(annotations=_annotations(readOnlyHint=True))
     def find_order(order_id: str) -> str:
         """Read an order."""
         return order_id
 
-    @server.tool(annotations=ToolAnnotations(readOnlyHint=False, idempotentHint=True))
+    @server.tool(annotations=_annotations(readOnlyHint=False, idempotentHint=True))
     def set_status(order_id: str, status: str) -> str:
         """Set an order's status (the same call twice leaves the same status)."""
         return status
 
     @server.tool(
-        annotations=ToolAnnotations(readOnlyHint=False, idempotentHint=False, destructiveHint=False)
+        annotations=_annotations(readOnlyHint=False, idempotentHint=False, destructiveHint=False)
     )
     def create_order(sku: str) -> str:
         """Create an order (each call creates another)."""
@@ -55,7 +73,8 @@ def orders_server(*, json_response: bool) -> FastMCP:
         """No annotations: MCP's defaults, not read-only, destructive, not idempotent."""
         return "cancelled"
 
-    return server
+    app: ASGIApp = server.streamable_http_app(**http) if on_app else server.streamable_http_app()
+    return app
 
 
 def hang_on_calls(app: ASGIApp) -> ASGIApp:
@@ -94,11 +113,11 @@ def _free_port() -> int:
 
 
 @asynccontextmanager
-async def serving(server: FastMCP) -> AsyncIterator[str]:
-    """``server`` under uvicorn on a free loopback port; its base URL; stopped after."""
+async def serving(app: ASGIApp) -> AsyncIterator[str]:
+    """``app`` under uvicorn on a free loopback port; its base URL; stopped after."""
     port = _free_port()
     config = uvicorn.Config(
-        hang_on_calls(server.streamable_http_app()),
+        hang_on_calls(app),
         host="127.0.0.1",
         port=port,
         log_level="warning",
@@ -135,7 +154,8 @@ async def _envelope(client: ClientSession, tool: str, arguments: dict[str, Any])
     with pytest.raises(Exception) as raised:  # noqa: PT011
         async with asyncio.timeout(10):
             await client.call_tool(tool, arguments)
-    data = getattr(getattr(raised.value, "error", None), "data", None)
+    error = raised.value
+    data = getattr(error, "data", None) or getattr(getattr(error, "error", None), "data", None)
     assert isinstance(data, dict), repr(raised.value)
     return data
 
@@ -151,7 +171,7 @@ _CALLS: dict[str, dict[str, Any]] = {
 async def _after_listing(
     start_mend: StartMend, tool: str, *, json_response: bool, **route: Any
 ) -> Any:
-    async with serving(orders_server(json_response=json_response)) as upstream:
+    async with serving(orders_app(json_response=json_response)) as upstream:
         mend = await start_mend(upstream, route={"read_timeout": READ_TIMEOUT, **route})
         async with session(mend) as client:
             listed = await client.list_tools()
@@ -190,7 +210,7 @@ async def test_unannotated_tool_asks_the_user(start_mend: StartMend) -> None:
 
 async def test_unlisted_tool_is_judged_as_a_post(start_mend: StartMend) -> None:
     """Without a tools/list seen, even a read-only tool's hung call is a POST: not retryable."""
-    async with serving(orders_server(json_response=True)) as upstream:
+    async with serving(orders_app(json_response=True)) as upstream:
         mend = await start_mend(upstream, route={"read_timeout": READ_TIMEOUT})
         async with session(mend) as client:
             error = await _envelope(client, "find_order", _CALLS["find_order"])

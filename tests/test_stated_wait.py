@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -74,3 +75,10 @@ def test_what_is_not_a_wait_says_nothing(body: Any) -> None:
 def test_a_sentence_adds_at_most_four_amounts() -> None:
     """A run of amounts is read up to four of them: an upstream cannot make the wait grow."""
     assert _wait("try again in " + "1s " * 20_000, "text/plain") == 4_000
+
+
+def test_a_megabyte_of_near_sentences_is_read_at_once() -> None:
+    """A body of repeated "try again in 9" with no unit is searched in linear time (16 KiB)."""
+    start = time.perf_counter()
+    assert _wait("try again in 9 " * 70_000, "text/plain") is None
+    assert time.perf_counter() - start < 0.5

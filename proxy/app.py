@@ -46,6 +46,7 @@ from proxy.failures import (
     ProxyBug,
     ProxyFailure,
     RouteNotFound,
+    UpstreamProtocolError,
     upstream_errors,
 )
 from proxy.forward import upstream_request_headers
@@ -313,6 +314,7 @@ class Proxy:
         upstream: aiohttp.ClientResponse,
         head: bytes,
         events: EventRewriter | None = None,
+        broken: Callable[[aiohttp.ClientError], bytes] | None = None,
     ) -> web.StreamResponse:
         """The response passed through as it arrives (``relay.stream``), under the route's
         ``idle_timeout`` and the configuration's ``response_body_max_bytes``."""
@@ -325,6 +327,7 @@ class Proxy:
             limit=request[_GEN].settings.response_body_max_bytes,
             log=self.log,
             events=events,
+            broken=broken,
         )
 
     async def _tunnel(
@@ -458,6 +461,7 @@ class Proxy:
         options = self._options(request)
         found: list[Evaluation] = []
         listing = _lists_tools(call)  # every event is read: the tools' annotations are in one
+        answered = False  # an event carried a response (a result or an error)
 
         def rewrite_event(event: Event) -> bytes | None:
             if event.event not in ("", "message"):
@@ -483,9 +487,33 @@ class Proxy:
             found.extend(answered.evaluations)
             return event.with_data(answered.rendered.body.decode("utf-8"))
 
-        wants = _every_event if listing else protocol.may_hold_errors
+        marker = _every_event if listing else protocol.may_hold_errors
+
+        def wants(raw: bytes) -> bool:
+            nonlocal answered
+            answered = answered or b'"result"' in raw or b'"error"' in raw
+            return marker(raw)
+
+        def broken(exc: aiohttp.ClientError) -> bytes:
+            """The stream broke before the call was answered: an event answering it with
+            mend's own failure (a hung tool: UPSTREAM_TIMEOUT, applied unknown)."""
+            if answered:
+                return b""
+            try:
+                own = replace(exchange, text="")  # the stream's exchange keeps the 200
+                failed = self._failure_answer(request, own, _translated(exc), call)
+            except Exception as bug:  # the agent still gets the abort
+                self._bug(bug)
+                return b""
+            if failed.rendered is None:
+                return b""
+            for evaluation in failed.evaluations:
+                self._count(request, own, evaluation, failed.protocol)
+            found.extend(failed.evaluations)
+            return b"event: message\ndata: " + failed.rendered.body + b"\n\n"
+
         events = EventRewriter(rewrite_event, wants)
-        response = await self._stream(request, runtime, upstream, b"", events)
+        response = await self._stream(request, runtime, upstream, b"", events, broken)
         outcome, envelope = ("envelope", found[0].envelope) if found else ("passthrough", None)
         return await self._finish(
             request, exchange, response, started, upstream_s, outcome, envelope
@@ -915,6 +943,16 @@ def _lists_tools(call: Call | None) -> bool:
 
 def _every_event(_: bytes) -> bool:
     return True
+
+
+def _translated(exc: aiohttp.ClientError) -> ProxyFailure:
+    """The failure ``upstream_errors`` makes of what aiohttp raised mid-stream."""
+    try:
+        with upstream_errors():
+            raise exc
+    except ProxyFailure as failure:
+        return failure
+    return UpstreamProtocolError(type(exc).__name__)  # not reached: every ClientError maps
 
 
 def _rid(request: web.BaseRequest) -> str:

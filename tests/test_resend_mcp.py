@@ -44,33 +44,38 @@ def _annotations(**hints: bool) -> ToolAnnotations:
     return ToolAnnotations.model_validate(hints)  # wire names: the fields' names or aliases
 
 
-def orders_app(*, json_response: bool) -> ASGIApp:
-    """An order desk: a tool of each kind MCP's annotations describe, as an ASGI app."""
+def orders_app(*, json_response: bool, tool_s: float = 0) -> ASGIApp:
+    """An order desk: a tool of each kind MCP's annotations describe, as an ASGI app; each
+    tool takes ``tool_s`` seconds."""
     http: dict[str, Any] = {"json_response": json_response, "stateless_http": True}
     # SDK 1 takes the HTTP settings in the constructor, SDK 2 in streamable_http_app()
     on_app = "json_response" in inspect.signature(Server.streamable_http_app).parameters
     server = Server("orders") if on_app else Server("orders", **http)
 
     @server.tool(annotations=_annotations(readOnlyHint=True))
-    def find_order(order_id: str) -> str:
+    async def find_order(order_id: str) -> str:
         """Read an order."""
+        await asyncio.sleep(tool_s)
         return order_id
 
     @server.tool(annotations=_annotations(readOnlyHint=False, idempotentHint=True))
-    def set_status(order_id: str, status: str) -> str:
+    async def set_status(order_id: str, status: str) -> str:
         """Set an order's status (the same call twice leaves the same status)."""
+        await asyncio.sleep(tool_s)
         return status
 
     @server.tool(
         annotations=_annotations(readOnlyHint=False, idempotentHint=False, destructiveHint=False)
     )
-    def create_order(sku: str) -> str:
+    async def create_order(sku: str) -> str:
         """Create an order (each call creates another)."""
+        await asyncio.sleep(tool_s)
         return sku
 
     @server.tool()
-    def cancel_all() -> str:
+    async def cancel_all() -> str:
         """No annotations: MCP's defaults, not read-only, destructive, not idempotent."""
+        await asyncio.sleep(tool_s)
         return "cancelled"
 
     app: ASGIApp = server.streamable_http_app(**http) if on_app else server.streamable_http_app()
@@ -113,11 +118,12 @@ def _free_port() -> int:
 
 
 @asynccontextmanager
-async def serving(app: ASGIApp) -> AsyncIterator[str]:
-    """``app`` under uvicorn on a free loopback port; its base URL; stopped after."""
+async def serving(app: ASGIApp, *, hang: bool = True) -> AsyncIterator[str]:
+    """``app`` under uvicorn on a free loopback port (``hang``: behind ``hang_on_calls``); its
+    base URL; stopped after."""
     port = _free_port()
     config = uvicorn.Config(
-        hang_on_calls(app),
+        hang_on_calls(app) if hang else app,
         host="127.0.0.1",
         port=port,
         log_level="warning",
@@ -226,3 +232,20 @@ async def test_route_override_wins_over_annotations(start_mend: StartMend) -> No
     found = await _after_listing(start_mend, "find_order", json_response=True, retry_safe=overrides)
     assert (created["retryable"], created["action"]) == (True, "retry")
     assert (found["retryable"], found["action"]) == (False, "escalate")
+
+
+@pytest.mark.parametrize(("tool", "retryable"), [("find_order", True), ("create_order", False)])
+async def test_tool_hung_inside_an_event_stream_is_answered_in_it(
+    start_mend: StartMend, tool: str, retryable: bool
+) -> None:
+    """An SSE answer whose tool never finishes: at idle_timeout mend ends the stream with an
+    event answering the call (UPSTREAM_TIMEOUT, applied unknown), not an abort the SDK
+    client would wait on forever; the advice follows the tool's annotations."""
+    app = orders_app(json_response=False, tool_s=30)
+    async with serving(app, hang=False) as upstream:
+        mend = await start_mend(upstream, route={"idle_timeout": 1})
+        async with session(mend) as client:
+            await client.list_tools()
+            error = await _envelope(client, tool, _CALLS[tool])
+    assert error["code"] == "UPSTREAM_TIMEOUT"
+    assert (error["applied"], error["retryable"]) == ("unknown", retryable)

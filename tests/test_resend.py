@@ -410,3 +410,30 @@ async def test_answers_that_say_not_processed_keep_their_advice(
     assert "applied" not in error
     assert "may already have taken effect" not in error["hint"]
     assert response.headers["Retry-After"] == "3"
+
+
+async def _sse_then_reset(writer: asyncio.StreamWriter) -> None:
+    writer.write(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    await writer.drain()
+    await asyncio.sleep(0.2)
+    await _reset(writer)
+
+
+async def test_event_stream_reset_before_the_answer_ends_with_one(start_mend: StartMend) -> None:
+    """An MCP server that opens its event stream, then resets: the stream ends with an event
+    answering the call (UPSTREAM_PROTOCOL_ERROR, applied unknown), not a cut connection."""
+    async with RawUpstream(_sse_then_reset) as url:
+        mend = await start_mend(url, route={"protocol": "mcp"})
+        call = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "pay"}}
+        async with asyncio.timeout(10):
+            response = await mend.client.post("/mcp", json=call, headers=_MCP)
+            text = await response.text()
+    assert response.headers["Content-Type"].startswith("text/event-stream")
+    data = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
+    answer = json.loads(data[-1])
+    error = answer["error"]["data"]
+    assert answer["id"] == 9
+    assert error["code"] == "UPSTREAM_PROTOCOL_ERROR"
+    assert (error["applied"], error["retryable"]) == ("unknown", False)

@@ -366,10 +366,13 @@ async def test_mcp_requests_other_than_tool_calls_only_read(
         mend = await start_mend(url, route={"read_timeout": READ_TIMEOUT, "protocol": "mcp"})
         call = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
         async with asyncio.timeout(10):
-            answer = await (await mend.client.post("/mcp", json=call, headers=_MCP)).json()
+            response = await mend.client.post("/mcp", json=call, headers=_MCP)
+            answer = await response.json()
     error = answer["error"]["data"]
     assert answer["id"] == 7
     assert (error["applied"], error["retryable"]) == ("unknown", retryable)
+    # a JSON-RPC answer (HTTP 200) carries Retry-After too when the envelope is retryable
+    assert ("Retry-After" in response.headers) is retryable
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ from proxy.connection import AgentServer
 from proxy.crosscall.review import body_digest
 from proxy.crosscall.view import CrossCall
 from proxy.engine import Engine, Loaded, RuleStore
-from proxy.envelope import Envelope
+from proxy.envelope import Action, Envelope
 from proxy.evaluate import (
     Answer,
     Evaluation,
@@ -46,6 +46,7 @@ from proxy.failures import (
     ProxyBug,
     ProxyFailure,
     RouteNotFound,
+    UpstreamProtocolError,
     upstream_errors,
 )
 from proxy.forward import upstream_request_headers
@@ -61,6 +62,7 @@ from proxy.protocols.sse import Event, EventRewriter
 from proxy.redact import Redactor, is_internal_header
 from proxy.render import Negotiator, Rendering, render, safe_header_value
 from proxy.request_id import request_id
+from proxy.retry_safety import LISTING_MARKER, RetrySafety
 from proxy.rulecheck import OWN_FAILURE_VARS
 from proxy.ruleset import Match, RuleSet
 from proxy.settings import Route, Settings
@@ -113,6 +115,8 @@ class Proxy:
         self._closing: set[asyncio.Future[None]] = set()
         self.negotiator = Negotiator()
         self.repeats = RepeatTracker()
+        #: MCP tools' annotations seen in tools/list, and routes' retry_safe overrides
+        self.retry_safety = RetrySafety()
         #: OpenAPI documents: requests checked before forwarding, envelopes enriched
         self.openapi = OpenAPIGate(lambda request: request[_GEN].loaded)
         #: WebSocket sessions being relayed, ended first when mend shuts down
@@ -237,6 +241,8 @@ class Proxy:
                 runtime.route.error_body_timeout,
                 give_up=is_success and protocol is not None,
             )
+            if is_success and complete and _lists_tools(call):
+                self._learn_tools(route_name, raw, upstream, gen)
             if is_success and not complete:
                 response = await self._stream(request, runtime, upstream, raw)
                 return await self._finish(
@@ -327,6 +333,7 @@ class Proxy:
         upstream: aiohttp.ClientResponse,
         head: bytes,
         events: EventRewriter | None = None,
+        broken: Callable[[aiohttp.ClientError], bytes] | None = None,
     ) -> web.StreamResponse:
         """The response passed through as it arrives (``relay.stream``), under the route's
         ``idle_timeout`` and the configuration's ``response_body_max_bytes``."""
@@ -339,6 +346,7 @@ class Proxy:
             limit=request[_GEN].settings.response_body_max_bytes,
             log=self.log,
             events=events,
+            broken=broken,
         )
 
     async def _tunnel(
@@ -471,6 +479,8 @@ class Proxy:
         exchange.content_type, exchange.protocol = "application/json", protocol.name.value
         options = self._options(request)
         found: list[Evaluation] = []
+        listing = _lists_tools(call)  # every event is read: the tools' annotations are in one
+        answered = False  # an event carried a response (a result or an error)
 
         def rewrite_event(event: Event) -> bytes | None:
             if event.event not in ("", "message"):
@@ -478,6 +488,8 @@ class Proxy:
             document = nesting.loads(event.data)
             if document is NOT_JSON:
                 return None
+            if listing:
+                self.retry_safety.learn(exchange.route, document)
             one = replace(exchange, json=document, text=event.data, queried={})
             try:
                 redactor = self._redactor(request, exchange.route)
@@ -494,9 +506,34 @@ class Proxy:
             found.extend(answered.evaluations)
             return event.with_data(answered.rendered.body.decode("utf-8"))
 
-        events = EventRewriter(rewrite_event, protocol.may_hold_errors)
+        marker = _every_event if listing else protocol.may_hold_errors
+
+        def wants(raw: bytes) -> bool:
+            nonlocal answered
+            answered = answered or b'"result"' in raw or b'"error"' in raw
+            return marker(raw)
+
+        def broken(exc: aiohttp.ClientError) -> bytes:
+            """The stream broke before the call was answered: an event answering it with
+            mend's own failure (a hung tool: UPSTREAM_TIMEOUT, applied unknown)."""
+            if answered:
+                return b""
+            try:
+                own = replace(exchange, text="")  # the stream's exchange keeps the 200
+                failed = self._failure_answer(request, own, _translated(exc), call)
+            except Exception as bug:  # the agent still gets the abort
+                self._bug(bug)
+                return b""
+            if failed.rendered is None:
+                return b""
+            for evaluation in failed.evaluations:
+                self._count(request, own, evaluation, failed.protocol)
+            found.extend(failed.evaluations)
+            return b"event: message\ndata: " + failed.rendered.body + b"\n\n"
+
+        events = EventRewriter(rewrite_event, wants)
         try:
-            response = await self._stream(request, runtime, upstream, b"", events)
+            response = await self._stream(request, runtime, upstream, b"", events, broken)
         except ConnectionResetError:
             if not found:
                 raise
@@ -533,6 +570,8 @@ class Proxy:
             call = self._bare_call(request)  # an error body may say what it is (JSON-RPC)
         options = self._options(request)
         redactor = self._redactor(request, route.name)
+        if exchange.status in (502, 504):  # a gateway's: the request may have taken effect
+            self._judge(request, exchange)
         answered = answer_exchange(ruleset, exchange, call, self.detector, redactor, options)
         if answered is None:
             return None
@@ -550,6 +589,30 @@ class Proxy:
             exchange,
             call,
         )
+
+    def _judge(
+        self, request: web.BaseRequest, exchange: Exchange, call: Call | None = None
+    ) -> None:
+        """What besides its method says whether a request that may have taken effect is safe
+        to send again: the route's ``retry_safe:``, an MCP tool's annotations, the protocol."""
+        runtime = request[_GEN].route_for(request.rel_url.raw_path)
+        sent = call.document() if call is not None else None
+        verdict = self.retry_safety.verdict(runtime.route if runtime else None, exchange, sent)
+        exchange.retry_safe, exchange.destructive = verdict.safe, verdict.destructive
+
+    def _learn_tools(
+        self, route: str, raw: bytes, upstream: aiohttp.ClientResponse, gen: Generation
+    ) -> None:
+        """Remember the tools an MCP ``tools/list`` answer (JSON) lists, with their annotations."""
+        body = bodies.parse(
+            raw,
+            encoding=upstream.headers.get("Content-Encoding", ""),
+            charset=upstream.charset,
+            limit=gen.settings.decompressed_max_bytes,
+            cut=False,
+        )
+        if body.json is not NOT_JSON:
+            self.retry_safety.learn(route, body.json)
 
     def _count(
         self,
@@ -594,6 +657,8 @@ class Proxy:
             document = exchange.json if exchange is not None and exchange.is_json else None
             sent = call.document() if call is not None else NOT_JSON  # the JSON body kept aside
             envelope = self.openapi.enrich(request, route, envelope, document, sent)
+            if envelope.applied == "unknown" and envelope.action is Action.ESCALATE:
+                envelope = self.openapi.check_first(request, route, envelope)  # not retryable
         http_status = status
         if route is not None and route.status == 200 and http_status >= 400:
             http_status = 200
@@ -684,6 +749,7 @@ class Proxy:
         if failure.upstream:
             self.metrics.upstream_failures.labels(exchange.route, failure.reason).inc()
         exchange.status = None
+        exchange.applied = failure.applied
         rule = request[_GEN].loaded.engine.own[failure.rule]
         found: dict[str, Any] = {}
         for name in OWN_FAILURE_VARS & failure.context.keys():
@@ -692,6 +758,8 @@ class Proxy:
         protocol = self.detector.resolve(call) if call is not None else None
         if protocol is not None and call is not None:
             described(protocol, call, exchange)
+        if failure.applied == "unknown":
+            self._judge(request, exchange, call)
         evaluation = rewrite(
             match, exchange, self._redactor(request, exchange.route), self._options(request)
         )
@@ -842,6 +910,8 @@ class Proxy:
             line["upstream_ms"] = round(upstream_s * 1000, 3)
         if envelope is not None:
             line["code"], line["rule"] = envelope.code, envelope.rule
+            if envelope.applied is not None:
+                line["applied"] = envelope.applied
             if exchange.protocol != "http":
                 line["protocol"] = exchange.protocol
             if exchange.text:
@@ -907,6 +977,30 @@ def _scrub_header(name: str, value: str, redactor: Redactor, kinds: list[str]) -
         start = piece.index(core)
         out.append(piece[:start] + scrubbed.text + piece[start + len(core) :])
     return "".join(out)
+
+
+def _lists_tools(call: Call | None) -> bool:
+    """Whether a call may be an MCP ``tools/list`` (a byte scan of the kept body, no parse)."""
+    return (
+        call is not None
+        and call.protocol is not None
+        and call.protocol.name is ProtocolName.MCP
+        and call.holds(LISTING_MARKER)
+    )
+
+
+def _every_event(_: bytes) -> bool:
+    return True
+
+
+def _translated(exc: aiohttp.ClientError) -> ProxyFailure:
+    """The failure ``upstream_errors`` makes of what aiohttp raised mid-stream."""
+    try:
+        with upstream_errors():
+            raise exc
+    except ProxyFailure as failure:
+        return failure
+    return UpstreamProtocolError(type(exc).__name__)  # not reached: every ClientError maps
 
 
 def _rid(request: web.BaseRequest) -> str:

@@ -18,8 +18,10 @@ from proxy.envelope import Action, Category, Envelope, InvalidField, Severity
 from proxy.exchange import Exchange
 from proxy.pointer import to_pointer
 from proxy.regex import linear
+from proxy.resend import KEY_SENTENCE, Resend, check_first, keyed_steps, resend
 from proxy.retry import clamp, retry_after_ms
 from proxy.rulefile import EnvelopeSpec, InvalidFieldsSpec, compile_jmespath
+from proxy.stated_wait import stated_wait_ms
 from proxy.template import Template, compile_value, render_value, scrub_value
 
 Scrub = Callable[[str], str]
@@ -50,7 +52,7 @@ DEFAULT_HINT: dict[Action, str] = {
     Action.REPORT_BUG: "Do not retry {op} unchanged; report this error with its request id.",
 }
 
-NON_IDEMPOTENT = frozenset({"POST", "PATCH"})
+#: An upstream's gateway answered that it got no answer: the request may have taken effect.
 _AMBIGUOUS_STATUSES = frozenset({502, 504})
 _WARN = (
     "The first attempt may already have taken effect: check its outcome before sending it again."
@@ -291,12 +293,22 @@ def build(
     spec = compiled.spec
     action = compiled.action
     retryable = action is Action.RETRY
+    # sent, no usable answer: the method (or the tool) decides whether a retry is safe
+    again = (
+        resend(exchange.method, exchange.request_headers, exchange.retry_safe)
+        if retryable and (exchange.applied == "unknown" or exchange.status in _AMBIGUOUS_STATUSES)
+        else Resend.SAFE
+    )
+    if again is Resend.UNSAFE and exchange.applied == "unknown":
+        action, retryable = Action.ESCALATE, False
     wait: int | None = None
     if retryable:
         from_rule = render(compiled.retry_after_ms)
         wait = _int(from_rule)
         if wait is None:
             wait = retry_after_ms(exchange.headers)
+        if wait is None:
+            wait = stated_wait_ms(exchange)  # a body that says when, whatever rule matched
         wait = clamp(
             options.retry_after_default_ms if wait is None else wait, options.retry_after_max_ms
         )
@@ -328,9 +340,16 @@ def build(
         if isinstance(rendered_steps, list)
         else _default_steps(action, operation, wait, invalid, next_operation)
     )
-    if retryable and _ambiguous(exchange, spec.code):
+    if again is Resend.KEYED:
+        hint = f"{hint} {KEY_SENTENCE}"
+        steps = keyed_steps(steps)
+    elif again is Resend.UNSAFE and retryable:  # the upstream's gateway answered 502 or 504
         hint = f"{hint} {_WARN}"
         steps = [_WARN, *steps]
+    elif again is Resend.UNSAFE:
+        hint, steps = check_first(
+            operation, tool=exchange.tool is not None, destructive=exchange.destructive
+        )
 
     return Envelope(
         code=spec.code,
@@ -354,6 +373,7 @@ def build(
         request_id=exchange.request_id,
         upstream_status=exchange.status,
         rule=rule_id,
+        applied=exchange.applied,
     )
 
 
@@ -372,13 +392,6 @@ def _int(value: Any) -> int | None:
         return round(float(value))
     except (TypeError, ValueError):
         return None
-
-
-def _ambiguous(exchange: Exchange, code: str) -> bool:
-    """A retry after a timeout or bad gateway may repeat a write that already happened."""
-    if exchange.method not in NON_IDEMPOTENT or "idempotency-key" in exchange.request_headers:
-        return False
-    return exchange.status in _AMBIGUOUS_STATUSES or code == "UPSTREAM_TIMEOUT"
 
 
 def _scrub_pointer(pointer: str, scrub: Scrub) -> str:

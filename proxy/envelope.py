@@ -8,7 +8,7 @@ pydantic model so that its invariants (``retryable`` exactly when ``action == "r
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -44,6 +44,11 @@ class Action(StrEnum):
     REAUTHENTICATE = "reauthenticate"
     ESCALATE = "escalate"
     REPORT_BUG = "report_bug"
+
+
+#: Whether a request may have taken effect upstream (CONTRACT §1 ``applied``): "no" when mend
+#: failed before sending it, "unknown" when it was sent and no usable answer came back.
+Applied = Literal["no", "unknown"]
 
 
 class InvalidField(BaseModel):
@@ -115,6 +120,8 @@ class Envelope(BaseModel):
     #: the cross-call fields (``proxy/crosscall``): absent from the document when unknown
     repeat: RepeatInfo | None = None
     session_patterns: tuple[SessionPattern, ...] = ()
+    #: whether the request may have taken effect upstream; absent when the upstream answered
+    applied: Applied | None = None
 
     @model_validator(mode="after")
     def _retry_invariants(self) -> Envelope:
@@ -132,6 +139,8 @@ class Envelope(BaseModel):
             del data["repeat"]
         if not data["session_patterns"]:
             del data["session_patterns"]
+        if data["applied"] is None:
+            del data["applied"]
         return data
 
 

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from proxy.envelope import Applied
+
 if TYPE_CHECKING:
     from proxy.query import Query
 
@@ -38,6 +40,14 @@ class Exchange:
     #: the JSON-RPC method of the request this error answers, and the MCP tool it called
     rpc_method: str | None = None
     tool: str | None = None
+    #: mend's own failure: whether the request may have taken effect upstream (CONTRACT §1
+    #: ``applied``; ``None``: the upstream answered), and whether sending it again is safe when
+    #: something other than its method says (``proxy/retry_safety.py``: a route override, an
+    #: MCP tool's annotations; ``None``: the method decides)
+    applied: Applied | None = None
+    retry_safe: bool | None = None
+    #: an MCP tool its server did not mark non-destructive: a plan to check first asks the user
+    destructive: bool = False
     #: JMESPath results by expression: many rules ask the same questions of one body.
     queried: dict[str, Any] = field(default_factory=dict)
 

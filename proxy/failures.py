@@ -12,6 +12,8 @@ from typing import Any
 
 import aiohttp
 
+from proxy.envelope import Applied
+
 
 class ProxyFailure(Exception):
     """A request mend could not complete; ``rule`` names its envelope in own_errors.yaml."""
@@ -20,6 +22,10 @@ class ProxyFailure(Exception):
     reason = "protocol_error"  # label of mend_upstream_failures_total
     status = 502
     upstream = True  # the upstream failed us, as opposed to a request mend refuses itself
+    #: whether the request may have taken effect upstream (CONTRACT §1): "unknown" once it was
+    #: sent (a timeout, a reset, garbage back), "no" when mend never sent it (refused, connect
+    #: or TLS failure, a request mend refuses itself); ``None``: the upstream answered
+    applied: Applied | None = "unknown"
 
     def __init__(self, detail: str, **context: Any) -> None:
         super().__init__(detail)
@@ -28,6 +34,7 @@ class ProxyFailure(Exception):
 
 class UpstreamUnreachable(ProxyFailure):
     rule, reason, status = "proxy.upstream_unreachable", "unreachable", 502
+    applied = "no"  # no connection: nothing was sent
 
 
 class UpstreamTimeout(ProxyFailure):
@@ -40,6 +47,7 @@ class CircuitOpen(ProxyFailure):
 
     rule, reason, status = "proxy.upstream_unavailable", "circuit_open", 503
     upstream = False
+    applied = "no"
 
 
 class UpstreamProtocolError(ProxyFailure):
@@ -53,20 +61,24 @@ class UpstreamTLSError(ProxyFailure):
     ``tls_failure``; the certificate itself never reaches the agent."""
 
     rule, reason, status = "proxy.upstream_tls_error", "tls_error", 502
+    applied = "no"  # no trusted connection: the upstream never read the request
 
 
 class UpstreamResponseTooLarge(ProxyFailure):
     rule, reason, status = "proxy.upstream_response_too_large", "too_large", 502
+    applied = None  # the upstream answered (too much)
 
 
 class RequestTooLarge(ProxyFailure):
     rule, reason, status = "proxy.request_too_large", "request_too_large", 413
     upstream = False
+    applied = "no"  # refused before it was sent (see ``upstream_errors`` for a body cut)
 
 
 class ForwardProxyRefused(ProxyFailure):
     rule, reason, status = "proxy.forward_proxy_refused", "refused", 400
     upstream = False
+    applied = "no"
 
 
 class TargetRefused(ProxyFailure):
@@ -74,6 +86,7 @@ class TargetRefused(ProxyFailure):
 
     rule, reason, status = "proxy.invalid_request_target", "bad_target", 400
     upstream = False
+    applied = "no"
 
 
 class RequestTimeout(ProxyFailure):
@@ -81,11 +94,13 @@ class RequestTimeout(ProxyFailure):
 
     rule, reason, status = "proxy.request_timeout", "request_timeout", 408
     upstream = False
+    applied = "no"  # refused before it was sent (see ``upstream_errors`` for a body cut)
 
 
 class TooManyConnections(ProxyFailure):
     rule, reason, status = "proxy.too_many_connections", "too_many_connections", 503
     upstream = False
+    applied = "no"
 
 
 class MalformedRequest(ProxyFailure):
@@ -93,6 +108,7 @@ class MalformedRequest(ProxyFailure):
 
     rule, reason, status = "proxy.malformed_request", "malformed_request", 400
     upstream = False
+    applied = "no"
 
 
 class UriTooLong(MalformedRequest):
@@ -106,6 +122,7 @@ class HeadersTooLarge(MalformedRequest):
 class RouteNotFound(ProxyFailure):
     rule, reason, status = "proxy.route_not_found", "no_route", 404
     upstream = False
+    applied = "no"
 
 
 class ProxyBug(ProxyFailure):
@@ -113,6 +130,7 @@ class ProxyBug(ProxyFailure):
 
     rule, reason, status = "proxy.internal_error", "mend_bug", 500
     upstream = False
+    applied = None  # mend cannot say where it failed
 
 
 #: OpenSSL's verify codes (``X509_V_ERR_*``) by the kind of problem an operator looks for.
@@ -209,10 +227,15 @@ class upstream_errors:  # lower case: used as ``with upstream_errors():``, like 
             return
         if (own := _own_cause(exc)) is not None:
             # mend failed inside aiohttp (the request body's reader: too large, too slow; the
-            # response head's guard), which wrapped what it caught
+            # response head's guard), which wrapped what it caught: the request was on its way
+            if own.applied == "no":
+                own.applied = "unknown"
             raise own from exc
         if isinstance(exc, TimeoutError):  # aiohttp's connect and read timeouts included
-            raise UpstreamTimeout(type(exc).__name__) from exc
+            timeout = UpstreamTimeout(type(exc).__name__)
+            if isinstance(exc, aiohttp.ConnectionTimeoutError):
+                timeout.applied = "no"  # no connection in time: nothing was sent
+            raise timeout from exc
         if isinstance(exc, OSError) and (tls := _tls_error(exc)) is not None:
             # before the generic connector error: a certificate is not a host that is down
             raise tls_failure(tls) from exc

@@ -67,6 +67,10 @@ def _glob(pattern: str) -> Linear:
     return linear("".join(out))
 
 
+#: A glob of names or paths (``retry_safe:`` entries, ``proxy/retry_safety.py``), as rules read it.
+path_glob = _glob
+
+
 def _listify(value: str | list[str]) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 

@@ -8,6 +8,7 @@ rewrites goes out event by event (``EventRewriter``).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import aiohttp
 from aiohttp import web
@@ -54,9 +55,11 @@ async def stream(
     limit: int | None,
     log: FilteringBoundLogger,
     events: EventRewriter | None = None,
+    broken: Callable[[aiohttp.ClientError], bytes] | None = None,
 ) -> web.StreamResponse:
     """Pass a response through as it arrives: status, end-to-end headers, bytes (``head``
-    first: what was read of it already).
+    first: what was read of it already). When the upstream fails mid-stream, ``broken`` may
+    give a last message (an event answering the call) to end the stream with, not an abort.
 
     From here on the upstream may pause up to ``idle_timeout`` between bytes (an SSE stream, a
     long-poll), not the ``read_timeout`` that bounded its headers. With ``events``, each event
@@ -98,8 +101,17 @@ async def stream(
         if events is not None and (rest := events.close()):
             await response.write(rest)
     except aiohttp.ClientError as exc:
-        # headers are gone already: the only honest signal left is an aborted connection
+        # headers are gone already: the only honest signals left are a last event saying so
+        # (an event stream whose call was not answered) or an aborted connection
         log.warning("upstream_stream_broken", request_id=rid, error=type(exc).__name__)
+        last = broken(exc) if broken is not None else b""
+        if last:
+            try:
+                await response.write(last)
+                await response.write_eof()
+                return response
+            except ConnectionError:
+                pass
         if request.transport is not None:
             request.transport.abort()
         return response

@@ -438,6 +438,8 @@ _MARKDOWN = _Style(_md, _md_code, markdown=True)
 
 def _retry_line(envelope: Envelope, style: _Style) -> str:
     action = envelope.action
+    if envelope.applied == "unknown" and action is not Action.RETRY:
+        return "Not yet: the request may already have taken effect; check first (see below)."
     if action is Action.RETRY:
         return (
             f"Yes. Send the same request unchanged after {envelope.retry_after_ms} ms."
@@ -608,6 +610,8 @@ def _render_xml(envelope: Envelope) -> bytes:
     ]
     if envelope.retry_after_ms is not None:
         out.append(f"  <retry_after_ms>{envelope.retry_after_ms}</retry_after_ms>")
+    if envelope.applied is not None:
+        out.append(f"  <applied>{_xt(envelope.applied)}</applied>")
     out.append(f"  <action>{_xt(envelope.action.value)}</action>")
     out.append("  <recovery>")
     out.append(f"    <hint>{_xt(envelope.hint)}</hint>")

@@ -1,8 +1,8 @@
 """When to retry: ``retry_after_ms`` from the headers an upstream sends.
 
 Sources, in order: ``Retry-After-Ms``, ``Retry-After`` (delta-seconds or HTTP-date, RFC 9110
-§10.2.3), the IETF
-``RateLimit`` header (``reset=``), ``RateLimit-Reset``, ``X-RateLimit-Reset`` (delta or epoch
+§10.2.3), the IETF ``RateLimit`` field with its ``RateLimit-Policy`` (every draft in use:
+``proxy/ratelimit.py``), ``RateLimit-Reset``, ``X-RateLimit-Reset`` (delta or epoch
 seconds; GitHub and others send epoch), hapi-rate-limit's ``X-RateLimit-UserReset`` and
 ``X-RateLimit-PathReset`` (epoch milliseconds). A value from the body comes from a rule instead.
 
@@ -21,6 +21,8 @@ import time
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 from typing import Literal
+
+from proxy import ratelimit
 
 #: Epoch timestamps are far larger than any sane delta; anything above this is an epoch.
 _EPOCH_THRESHOLD = 1_000_000_000
@@ -117,6 +119,15 @@ def _reference(headers: Mapping[str, str], now: float) -> float:
     return stated
 
 
+def _field(headers: Mapping[str, str], name: str) -> str | None:
+    """A header's value, its repeated lines joined as one field (RFC 9110 §5.3)."""
+    getall = getattr(headers, "getall", None)
+    if getall is None:
+        return headers.get(name)
+    values = getall(name, ())
+    return ", ".join(values) if values else None
+
+
 def retry_after_ms(headers: Mapping[str, str], now: float | None = None) -> int | None:
     """Milliseconds the upstream asks the client to wait, or ``None`` when it does not say."""
     now = _reference(headers, time.time() if now is None else now)
@@ -125,9 +136,10 @@ def retry_after_ms(headers: Mapping[str, str], now: float | None = None) -> int 
         seconds = float(value) / 1000  # Azure OpenAI: the same, in milliseconds
     if seconds is None and (value := headers.get("Retry-After")) is not None:
         seconds = _seconds_from_retry_after(value, now)
-    if seconds is None and (value := headers.get("RateLimit")) is not None:
-        match = _RESET_PARAM.search(value)
-        seconds = float(match.group(1)) if match else None
+    if seconds is None and (value := _field(headers, "RateLimit")) is not None:
+        seconds = ratelimit.wait_seconds(value, _field(headers, "RateLimit-Policy"))
+        if seconds is None and (match := _RESET_PARAM.search(value)) is not None:
+            seconds = float(match.group(1))  # draft 07 with the wrong separators
     for name in _RESET_HEADERS:
         if seconds is not None:
             break

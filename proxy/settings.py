@@ -92,6 +92,35 @@ class HealthCheck(_Model):
     timeout_s: float = Field(2.0, gt=0)
 
 
+#: ``retry_safe[].operation``: a method, a space, a path glob.
+_OPERATION = re.compile(r"^[A-Z]{1,16} /\S*$")
+
+
+class RetrySafe(_Model):
+    """One override of the retry advice for a request that may already have taken effect
+    (CONTRACT §1, ``proxy/resend.py``): whether the requests it names are safe to send again,
+    whatever their method or the MCP tool's annotations say. First match wins."""
+
+    #: an MCP tool's name, or a glob of names (``search_*``)
+    tool: str | None = Field(None, min_length=1, max_length=256)
+    #: ``METHOD /path-glob`` of the agent's request path (``**`` crosses slashes, ``*`` not)
+    operation: str | None = Field(None, max_length=1024)
+    safe: bool
+
+    @field_validator("operation")
+    @classmethod
+    def _operation(cls, value: str | None) -> str | None:
+        if value is not None and not _OPERATION.match(value):
+            raise ValueError(f"operation {value!r} is not 'METHOD /path' (e.g. 'POST /api/search')")
+        return value
+
+    @model_validator(mode="after")
+    def _one_target(self) -> RetrySafe:
+        if (self.tool is None) == (self.operation is None):
+            raise ValueError("a retry_safe entry names either a tool or an operation")
+        return self
+
+
 class Route(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     prefix: str = "/"
@@ -125,6 +154,9 @@ class Route(_Model):
     #: check each request against its documented operation; an invalid one gets VALIDATION_FAILED
     #: with every violation and never reaches the upstream (needs ``openapi``)
     validate_requests: bool = False
+    #: which requests are safe to send again after mend sent them and got no answer, beyond
+    #: what their method (or an MCP tool's annotations) says; first match wins
+    retry_safe: tuple[RetrySafe, ...] = ()
 
     @field_validator("prefix")
     @classmethod

@@ -65,6 +65,11 @@ def _duration(value: Any) -> Any:
         return None
 
 
+def duration_ms(value: Any) -> Any:
+    """The ``duration`` filter, for code that reads a wait as rules do (proxy/stated_wait.py)."""
+    return _duration(value)
+
+
 def _duration_ms(value: Any) -> Any:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return _ms(value)

@@ -315,8 +315,9 @@ def test_json_is_the_contract_document(envelope: Envelope) -> None:
     """The default rendering is {"error": {...}} with every field in contract order."""
     document = _json_rendering(envelope)
     assert document == envelope_body(envelope)
-    # the cross-call fields (CONTRACT §7) are absent until a session repeats itself
-    absent = {"repeat", "session_patterns"}
+    # the cross-call fields (CONTRACT §7) are absent until a session repeats itself, and
+    # applied (§1) when the upstream answered
+    absent = {"repeat", "session_patterns", "applied"}
     assert list(document["error"]) == [f for f in Envelope.model_fields if f not in absent]
 
 
@@ -700,6 +701,38 @@ def test_cross_call_fields_follow_in_contract_order_when_known() -> None:
         }
     )
     document = _json_rendering(envelope)
-    assert list(document["error"]) == list(Envelope.model_fields)
+    # applied (§1) is absent: the upstream answered
+    assert list(document["error"]) == [f for f in Envelope.model_fields if f != "applied"]
     assert document["error"]["repeat"]["count"] == 2
     assert document["error"]["session_patterns"][0]["category"] == "auth"
+
+
+#: mend sent a POST and got no answer: not retryable, applied unknown (CONTRACT §1)
+MAYBE_APPLIED = Envelope(
+    code="UPSTREAM_TIMEOUT",
+    message="The API behind this proxy did not answer in time.",
+    category=Category.TIMEOUT,
+    severity=Severity.ERROR,
+    retryable=False,
+    action=Action.ESCALATE,
+    hint="Do not send POST /orders again yet: it may already have taken effect.",
+    steps=("Check whether it did.", "Send POST /orders again only if it did not."),
+    request_id="req_applied",
+    upstream_status=None,
+    rule="proxy.upstream_timeout",
+    applied="unknown",
+)
+
+
+@pytest.mark.parametrize("rendering", list(Rendering))
+def test_applied_survives_every_rendering(rendering: Rendering) -> None:
+    """applied reaches the agent in JSON, problem+json, the text line and XML alike."""
+    body = _body(MAYBE_APPLIED, rendering)
+    if rendering is Rendering.XML:
+        assert ET.fromstring(body).findtext("applied") == "unknown"
+    elif rendering in (Rendering.JSON, Rendering.PROBLEM):
+        document = json.loads(body)
+        assert document.get("error", document)["applied"] == "unknown"
+    else:
+        assert '"applied":"unknown"' in body.replace("\\", "")
+        assert "Retry: Not yet: the request may already have taken effect" in body.replace("*", "")

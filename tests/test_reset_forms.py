@@ -9,10 +9,14 @@ documentation shows.
 
 from __future__ import annotations
 
+import json
+import math
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from email.utils import formatdate
 
+import pytest
 from aiohttp import web
 
 from tests.conftest import StartMend, StartUpstream
@@ -132,3 +136,158 @@ async def test_reset_in_the_current_second_is_not_zero(
     error = await _envelope(start_upstream, start_mend, answer)
     assert error["retryable"] is True
     assert int(error["retry_after_ms"]) >= 1000  # type: ignore[call-overload]
+
+
+def _limited(
+    headers: Callable[[], dict[str, str]], status: int = 429
+) -> Callable[[], web.Response]:
+    return lambda: web.Response(
+        status=status, text=_BOOM_429, content_type="application/json", headers=headers()
+    )
+
+
+#: (name, the upstream's rate-limit headers as it answers, the wait they state in ms)
+_FORMS: list[tuple[str, Callable[[], dict[str, str]], int]] = [
+    (
+        "ietf-draft-08+",
+        lambda: {"RateLimit": '"default";r=0;t=30', "RateLimit-Policy": '"default";q=100;w=60'},
+        30_000,
+    ),
+    (
+        "ietf-draft-08+-two-policies",
+        lambda: {
+            "RateLimit": '"burst";r=0;t=5, "daily";r=4000;t=80000',
+            "RateLimit-Policy": '"burst";q=10;w=10, "daily";q=5000;w=86400',
+        },
+        5_000,
+    ),
+    (
+        "ietf-draft-08+-window-only",
+        lambda: {"RateLimit": '"m";r=0', "RateLimit-Policy": '"m";q=5;w=60'},
+        60_000,
+    ),
+    (
+        "ietf-draft-07",
+        lambda: {"RateLimit": "limit=100, remaining=0, reset=30", "RateLimit-Policy": "100;w=60"},
+        30_000,
+    ),
+    (
+        "ietf-draft-06",
+        lambda: {"RateLimit-Limit": "100", "RateLimit-Remaining": "0", "RateLimit-Reset": "17"},
+        17_000,
+    ),
+    ("x-ratelimit-reset-delta", lambda: {"X-RateLimit-Reset": "25"}, 25_000),
+    (
+        "x-ratelimit-reset-epoch-s",
+        lambda: {"X-RateLimit-Reset": str(int(time.time()) + 90)},
+        90_000,
+    ),
+    (
+        "x-ratelimit-reset-epoch-ms",
+        lambda: {"X-RateLimit-Reset": str(round(time.time() * 1000) + 40_000)},
+        40_000,
+    ),
+    ("retry-after-seconds", lambda: {"Retry-After": "12"}, 12_000),
+    (
+        "retry-after-http-date",
+        lambda: {"Retry-After": formatdate(time.time() + 75, usegmt=True)},
+        75_000,
+    ),
+]
+
+
+@pytest.mark.parametrize(("form", "headers", "wait_ms"), _FORMS, ids=[f[0] for f in _FORMS])
+async def test_every_rate_limit_form_states_the_wait(
+    start_upstream: StartUpstream,
+    start_mend: StartMend,
+    form: str,
+    headers: Callable[[], dict[str, str]],
+    wait_ms: int,
+) -> None:
+    """A 429 in each rate-limit form: retry_after_ms is the stated wait, Retry-After its ceiling."""
+
+    async def handler(_: web.Request) -> web.Response:
+        return _limited(headers)()
+
+    mend = await start_mend(await start_upstream({"/api/x": handler}))
+    response = await mend.client.post("/api/x", data=b"{}")
+    error = (await response.json())["error"]
+    assert (error["retryable"], error["action"]) == (True, "retry"), form
+    assert abs(error["retry_after_ms"] - wait_ms) <= 2000, form
+    assert response.headers["Retry-After"] == str(math.ceil(error["retry_after_ms"] / 1000))
+    assert "applied" not in error  # the upstream answered: it did not process the request
+
+
+def _iso(seconds_from_now: float) -> str:
+    return datetime.fromtimestamp(time.time() + seconds_from_now, UTC).isoformat()
+
+
+#: (name, status, content type, the body as the upstream answers, the wait it states in ms)
+_BODIES: list[tuple[str, int, str, Callable[[], str], int]] = [
+    (
+        "json-retry-after-ms",
+        429,
+        "application/json",
+        lambda: '{"error": "Too many requests", "retry_after_ms": 2500}',
+        2_500,
+    ),
+    (
+        "json-reset-at-iso",
+        429,
+        "application/json",
+        lambda: json.dumps({"message": "Too many requests", "reset_at": _iso(45)}),
+        45_000,
+    ),
+    (
+        "json-error-reset-epoch-ms",
+        429,
+        "application/json",
+        lambda: json.dumps(
+            {"error": {"message": "slow down", "resetAt": round(time.time() * 1000) + 30_000}}
+        ),
+        30_000,
+    ),
+    (
+        "text-minutes",
+        429,
+        "text/plain",
+        lambda: "Too many requests. Please try again in 2 minutes.",
+        120_000,
+    ),
+    (
+        "text-go-duration",
+        429,
+        "application/json",
+        lambda: json.dumps(
+            {"error": {"message": "Rate limit reached for requests. Please try again in 6m0s."}}
+        ),
+        360_000,
+    ),
+    ("text-503", 503, "text/plain", lambda: "Overloaded; retry after 90 seconds.", 90_000),
+]
+
+
+@pytest.mark.parametrize(
+    ("form", "status", "content_type", "body", "wait_ms"), _BODIES, ids=[b[0] for b in _BODIES]
+)
+async def test_every_body_stated_reset_gives_the_wait(
+    start_upstream: StartUpstream,
+    start_mend: StartMend,
+    form: str,
+    status: int,
+    content_type: str,
+    body: Callable[[], str],
+    wait_ms: int,
+) -> None:
+    """An error body that says when (JSON member or sentence), no header: that wait, whatever
+    rule matched, and Retry-After its ceiling."""
+
+    async def handler(_: web.Request) -> web.Response:
+        return web.Response(status=status, text=body(), content_type=content_type)
+
+    mend = await start_mend(await start_upstream({"/api/x": handler}))
+    response = await mend.client.get("/api/x")
+    error = (await response.json())["error"]
+    assert error["retryable"] is True, form
+    assert abs(error["retry_after_ms"] - wait_ms) <= 2000, (form, error["rule"])
+    assert response.headers["Retry-After"] == str(math.ceil(error["retry_after_ms"] / 1000))

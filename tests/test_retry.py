@@ -7,6 +7,7 @@ from email.utils import formatdate
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.retry import MIN_STATED_S, clamp, reset_kind, reset_seconds, retry_after_ms
 
@@ -117,3 +118,41 @@ def test_http_date_is_read_on_the_upstreams_clock(wait_s: int, skew_s: int) -> N
     got = retry_after_ms(headers, now=NOW)
     assert got is not None
     assert abs(got - wait_s * 1000) <= (0 if abs(skew_s) > 2 else abs(skew_s) * 1000)
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        # drafts 08 and later: a List, one item per policy
+        ({"RateLimit": '"default";r=0;t=30'}, 30_000),
+        ({"RateLimit": '"burst";r=0;t=5, "day";r=900;t=3600'}, 5_000),
+        ({"RateLimit": '"burst";r=0;t=5, "day";r=0;t=3600'}, 3_600_000),  # longest exhausted
+        ({"RateLimit": '"burst";r=3;t=5, "day";r=900;t=3600'}, 5_000),  # none exhausted: soonest
+        ({"RateLimit": "default;r=0;t=2.5"}, 2_500),  # a Token name, a Decimal reset
+        # no reset stated: the exhausted policy's window from RateLimit-Policy
+        ({"RateLimit": '"hour";r=0', "RateLimit-Policy": '"hour";q=1000;w=3600'}, 3_600_000),
+        ({"RateLimit": '"hour";r=0', "RateLimit-Policy": '"other";q=10;w=60'}, None),
+        # draft 07: a Dictionary
+        ({"RateLimit": "limit=100, remaining=0, reset=30", "RateLimit-Policy": "100;w=60"}, 30_000),
+        # drafts 03 to 06: separate fields
+        ({"RateLimit-Limit": "100", "RateLimit-Remaining": "0", "RateLimit-Reset": "45"}, 45_000),
+        # values that do not parse, or state nothing usable, say nothing
+        ({"RateLimit": '"default";r=0;t=-5'}, None),
+        ({"RateLimit": '"default";r=0;t=?1'}, None),
+        ({"RateLimit": '"unterminated;r=0;t=30'}, None),
+        ({"RateLimit": "(" * 5000}, None),
+        # Retry-After still wins over what a RateLimit field says
+        ({"RateLimit": '"default";r=0;t=30', "Retry-After": "4"}, 4_000),
+    ],
+)
+def test_ietf_ratelimit_fields(headers: dict[str, str], expected: int | None) -> None:
+    """Each draft's RateLimit / RateLimit-Policy shape gives the wait it states."""
+    assert retry_after_ms(headers, now=NOW) == expected
+
+
+def test_repeated_ratelimit_lines_are_one_field() -> None:
+    """Two RateLimit header lines are one List (RFC 9110 §5.3): both policies count."""
+    headers = CIMultiDictProxy(
+        CIMultiDict([("RateLimit", '"burst";r=1;t=5'), ("RateLimit", '"day";r=0;t=600')])
+    )
+    assert retry_after_ms(headers, now=NOW) == 600_000

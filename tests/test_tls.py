@@ -224,6 +224,7 @@ async def test_untrusted_upstream_is_upstream_tls_error(
     assert (error["retryable"], error["action"], error["severity"]) == (False, "escalate", "fatal")
     assert error["category"] == "dependency"
     assert error["upstream_status"] is None
+    assert error["applied"] == "no"  # the handshake failed: the request was never sent
     assert "unknown CA" in tls_request_line(mend)["failure"]
     assert mend.metric("mend_upstream_failures_total", route="default", reason="tls_error") == 1
 

@@ -18,6 +18,7 @@ from aiohttp import web
 from proxy.engine import Loaded
 from proxy.envelope import Envelope
 from proxy.exchange import NOT_JSON
+from proxy.openapi.check_first import checked_first
 from proxy.openapi.enrich import Request, enrich
 from proxy.openapi.refusal import RequestInvalid
 from proxy.openapi.spec import Mount, Spec
@@ -111,6 +112,16 @@ class OpenAPIGate:
             request_json=request_json,
         )
         return enrich(envelope, spec, self._mount(route), facts, request.get(_VIOLATIONS))
+
+    def check_first(
+        self, request: web.BaseRequest, route: Route | None, envelope: Envelope
+    ) -> Envelope:
+        """A write that may have taken effect, with the document's operation to check it by."""
+        spec = self._specs(request).get(route.name) if route is not None else None
+        if spec is None or route is None:
+            return envelope
+        mount = self._mount(route)
+        return checked_first(envelope, spec, mount, request.method, request.rel_url.raw_path)
 
 
 async def _replay(

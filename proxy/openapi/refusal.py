@@ -11,6 +11,7 @@ class RequestInvalid(ProxyFailure):
 
     rule, reason, status = "proxy.request_invalid", "request_invalid", 400
     upstream = False
+    applied = "no"  # never sent (CONTRACT §1)
     #: the requests counter's outcome (``mend_requests_total{outcome="rejected"}``)
     outcome = "rejected"
 

@@ -32,7 +32,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 COPY --from=build /dist/ /tmp/dist/
 RUN set -eu; \
     wheel="$(echo /tmp/dist/mend-*-py3-none-any.whl)"; \
-    pip install "${wheel}[speed]"; \
+    pip install "${wheel}[speed,mcp]"; \
     rm -rf /tmp/dist
 
 # demo/ (legacy API, agent) runs as `python -m demo.…` from the working directory; mend itself

@@ -51,8 +51,10 @@ from proxy.failures import (
 from proxy.forward import upstream_request_headers
 from proxy.generation import Generation, RouteRuntime, unverified
 from proxy.logs import make_logger
+from proxy.mcptools import internal as tool_calls
+from proxy.mcptools.server import ToolServers
 from proxy.metrics import Metrics, RepeatTracker
-from proxy.openapi.gate import OpenAPIGate
+from proxy.openapi.gate import PRESET, OpenAPIGate
 from proxy.passthrough import passthrough_headers
 from proxy.protocols.base import Call, Inspection, Protocol, ProtocolName, Rendered
 from proxy.protocols.detect import Detector, default_protocols
@@ -164,6 +166,8 @@ class Proxy:
             if runtime is None:
                 raise RouteNotFound(request.path)
             route = runtime.route
+            if (refused := request.get(tool_calls.REFUSED)) is not None:
+                raise refused  # an MCP tool call mend answers itself (proxy/mcptools)
             target = upstream_target(request.raw_path, route.prefix, route.strip_prefix)
             # 0. protocol: what the agent speaks, from its headers; a JSON body is kept on the side
             call = self.detector.call(request, route.protocol)
@@ -171,7 +175,7 @@ class Proxy:
             # 0b. a route with validate_requests checks the request against its documented
             # operation; an invalid one ends here (the body read is forwarded as it came)
             sent = intake.body(request, gen.settings, call) if request.body_exists else None
-            if route.validate_requests:
+            if route.validate_requests or PRESET in request:  # PRESET: an MCP tool's call
                 sent = await self.openapi.check(request, route, sent)
             # 1. forward, unless the route's circuit is open
             if self.circuits.enabled and (wait := await self.circuits.blocked_ms(route_name)):
@@ -557,7 +561,12 @@ class Proxy:
         first envelope in the rendering ``Accept`` (or the route) asks for; with the headers
         every envelope gets (CONTRACT §3), and what the route's OpenAPI document adds."""
         envelope = evaluations[0].envelope
-        if rendered is None and route is not None and route.openapi is not None:
+        if (
+            rendered is None
+            and route is not None
+            and route.openapi is not None
+            and tool_calls.REFUSED not in request  # no operation was called: nothing to add
+        ):
             document = exchange.json if exchange is not None and exchange.is_json else None
             sent = call.document() if call is not None else NOT_JSON  # the JSON body kept aside
             envelope = self.openapi.enrich(request, route, envelope, document, sent)
@@ -601,6 +610,7 @@ class Proxy:
         if envelope.retryable and envelope.retry_after_ms is not None:
             headers["Retry-After"] = str(math.ceil(envelope.retry_after_ms / 1000))
         self.metrics.redacted(kinds)
+        request[tool_calls.ENVELOPE] = envelope  # what an MCP tool's result is made of
         return web.Response(status=http_status, body=body, headers=headers), envelope
 
     def _bug(self, exc: Exception) -> ProxyBug:
@@ -898,7 +908,9 @@ class MendServer(AgentServer):
     proxy. Non-GET requests and other paths under ``/_mend/`` are the upstream's, as before.
     """
 
-    def __init__(self, proxy: Proxy, catalog: Catalog, **kwargs: Any) -> None:
+    def __init__(
+        self, proxy: Proxy, catalog: Catalog, tools: ToolServers | None = None, **kwargs: Any
+    ) -> None:
         settings = proxy.generation().settings  # connections are opened as at start (restart)
         super().__init__(
             self._dispatch,
@@ -915,6 +927,8 @@ class MendServer(AgentServer):
         self.proxy = proxy
         self.catalog = catalog
         self.pages = catalog_pages(catalog)
+        #: the MCP servers of routes with ``mcp_tools:`` (CONTRACT §9, proxy/mcptools)
+        self.tools = tools or tool_servers(proxy)
 
     async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
         if (refused := self.too_many(request)) is not None:
@@ -926,6 +940,8 @@ class MendServer(AgentServer):
             page = await self.pages(request)
             if page is not None:
                 return self.proxy.served_locally(request, page, started)
+        if (route := self.tools.route_for(request.path)) is not None:
+            return await self.tools.serve(request, route)
         return await self.proxy.handle(request)
 
     def pre_shutdown(self) -> None:
@@ -936,8 +952,14 @@ class MendServer(AgentServer):
 
     async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (aiohttp API)
         """Drain the agents' connections, then close the upstream pools they were using."""
+        await self.tools.close()  # first: its sessions' event streams would hold the drain
         await super().shutdown(timeout)
         await self.proxy.close()
+
+
+def tool_servers(proxy: Proxy) -> ToolServers:
+    """The MCP servers of ``mcp_tools:`` routes, their tool calls handled by ``proxy``."""
+    return ToolServers(proxy.handle, lambda: proxy.generation().loaded, proxy.log)
 
 
 def create_app(
@@ -960,5 +982,7 @@ def create_app(
     proxy = Proxy(store, metrics, logger, Detector(default_protocols()), crosscall)
     catalog = Catalog(store)
     store.on_reload.append(catalog.refresh)
+    tools = tool_servers(proxy)
+    store.on_reload.append(tools.reloaded)
     # mend writes its own access log line (``Proxy._finish``); aiohttp's would be a second one
-    return MendServer(proxy, catalog, access_log=None)
+    return MendServer(proxy, catalog, tools, access_log=None)

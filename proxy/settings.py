@@ -124,6 +124,9 @@ class Route(_Model):
     #: check each request against its documented operation; an invalid one gets VALIDATION_FAILED
     #: with every violation and never reaches the upstream (needs ``openapi``)
     validate_requests: bool = False
+    #: serve the document's operations as MCP tools at ``<prefix><mcp_tools>`` (CONTRACT §9;
+    #: proxy/mcptools/); needs ``openapi``
+    mcp_tools: str | None = Field(None, pattern=r"^/[A-Za-z0-9._~/-]{0,200}$")
 
     @field_validator("prefix")
     @classmethod
@@ -152,6 +155,8 @@ class Route(_Model):
             raise ValueError(
                 "validate_requests: true needs openapi: FILE (the document to check by)"
             )
+        if self.mcp_tools is not None and self.openapi is None:
+            raise ValueError("mcp_tools: PATH needs openapi: FILE (the document of the tools)")
         return self
 
 

@@ -1,0 +1,91 @@
+"""What the proxy answered a tool's request, as the tool's result (CONTRACT §9).
+
+A success: ``isError: false``, ``structuredContent`` the JSON body (an object; anything else as
+``{"result": ...}``, as the tool's ``outputSchema`` says) and a text content with the body. A
+failure: ``isError: true``, the text content the recovery plan the tool layers read (the
+envelope's text rendering, as an MCP upstream's rewritten error, ``proxy/protocols/mcp.py``),
+the envelope in ``_meta["mend/error"]``, and in ``structuredContent`` too as ``{"error": ...}``
+where the tool has no ``outputSchema`` (one that has must only see documents of its own shape).
+Every pointer of the envelope names the tool's argument, not the HTTP request's part.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp_types import CallToolResult, TextContent
+
+from proxy import nesting
+from proxy.envelope import Envelope, InvalidField
+from proxy.exchange import NOT_JSON
+from proxy.mcptools.internal import Answer
+from proxy.mcptools.tools import RESULT, ToolSpec
+from proxy.protocols.mcp import META_KEY
+from proxy.render import Rendering, render
+
+
+def tool_result(tool: ToolSpec | None, answer: Answer, name: str) -> CallToolResult:
+    """The result of calling tool ``name`` (``tool`` ``None``: there is no such tool)."""
+    if answer.envelope is not None:
+        envelope = pointed(tool, answer.envelope) if tool is not None else answer.envelope
+        return failure(envelope, name, has_output=bool(tool and tool.definition.output_schema))
+    text = answer.body.decode("utf-8", "replace")
+    document = nesting.loads(answer.body) if answer.body and not answer.over else NOT_JSON
+    content = [TextContent(type="text", text=text)]
+    if document is NOT_JSON:
+        return CallToolResult(content=content, is_error=answer.status >= 400)
+    wrap = (tool is not None and tool.wrapped_output) or not isinstance(document, dict)
+    structured = {RESULT: document} if wrap else document
+    return CallToolResult(content=content, structured_content=structured, is_error=False)
+
+
+def failure(envelope: Envelope, name: str, *, has_output: bool) -> CallToolResult:
+    data = envelope.as_dict()
+    status = envelope.upstream_status or 200
+    text = render(envelope, Rendering.TEXT, status, tool=name)[0].decode("utf-8")
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)],
+        structured_content=None if has_output else {"error": data},
+        is_error=True,
+        _meta={META_KEY: data},
+    )
+
+
+def pointed(tool: ToolSpec, envelope: Envelope) -> Envelope:
+    """The envelope with its pointers into the tool's arguments."""
+    fields = tuple(_field(tool, f) for f in envelope.invalid_fields)
+    update: dict[str, Any] = {"invalid_fields": fields}
+    if envelope.field is not None:
+        location = next(
+            (f.location for f in envelope.invalid_fields if f.field == envelope.field), None
+        )
+        update["field"] = argument_pointer(tool, envelope.field, location)
+    return envelope.model_copy(update=update)
+
+
+def _field(tool: ToolSpec, item: InvalidField) -> InvalidField:
+    return item.model_copy(update={"field": argument_pointer(tool, item.field, item.location)})
+
+
+def argument_pointer(tool: ToolSpec, pointer: str, location: str | None) -> str:
+    """The JSON Pointer into the arguments for ``pointer`` into the request's ``location``
+    (path, query, header: the parameter's name; body, or unknown: into the body)."""
+    head, _, rest = pointer.lstrip("/").partition("/")
+    head = head.replace("~1", "/").replace("~0", "~")
+    tail = "/" + rest if rest else ""
+    if location in ("path", "query", "header"):
+        argument = tool.argument(location, head)
+        return "/" + _escape(argument.name) + tail if argument is not None else pointer
+    if tool.whole_body and location in ("body", None):
+        whole = tool.argument("body", "")
+        if whole is not None and (location == "body" or tool.named(head) is None):
+            return "/" + _escape(whole.name) + pointer if pointer else "/" + whole.name
+    if location in ("body", None) and head:
+        argument = tool.argument("body", head)
+        if argument is not None:
+            return "/" + _escape(argument.name) + tail
+    return pointer
+
+
+def _escape(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")

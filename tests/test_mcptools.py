@@ -1,0 +1,279 @@
+"""``mcp_tools``: a REST API's OpenAPI operations served as MCP tools (CONTRACT §9).
+
+The API is a real FastAPI app (its own OpenAPI 3.1 document) under uvicorn; mend runs in
+process on loopback; the agents are the official MCP SDK's ``Client`` in its default mode
+(``auto``: revision 2026-07-28, stateless, ``server/discover``) and its ``legacy`` mode (the
+``initialize`` handshake), and pydantic-ai driving the same tools with a scripted model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from mcp.client import Client
+from mcp_types import CallToolResult
+
+from tests.conftest import Mend, StartMend
+from tests.mcptools_app import DSN, build
+from tests.test_app import free_port
+
+MODES = ["auto", "legacy"]
+TIMEOUT_S = 20
+
+
+@dataclass
+class Inventory:
+    url: str
+    document: Path
+    hits: dict[str, int]
+
+
+@pytest.fixture
+async def inventory(tmp_path: Path) -> AsyncIterator[Inventory]:
+    """The REST app under uvicorn on a free port, and its OpenAPI document in a file."""
+    app, hits = build()
+    document = tmp_path / "openapi.json"
+    document.write_text(json.dumps(app.openapi()))
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
+    task = asyncio.create_task(server.serve())
+    async with asyncio.timeout(10):
+        while not server.started:  # noqa: ASYNC110 (uvicorn offers a flag, not an event)
+            await asyncio.sleep(0.01)
+    try:
+        yield Inventory(f"http://127.0.0.1:{port}", document, hits)
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def mend_for(start_mend: StartMend, inventory: Inventory, **route: Any) -> Mend:
+    return await start_mend(
+        inventory.url, route={"openapi": inventory.document, "mcp_tools": "/mcp", **route}
+    )
+
+
+@asynccontextmanager
+async def agent(mend: Mend, mode: str) -> AsyncIterator[Client]:
+    """The SDK client on mend's tools, connected in ``mode``."""
+    url = str(mend.client.make_url("/mcp"))
+    async with asyncio.timeout(TIMEOUT_S), Client(url, mode=mode) as client:
+        yield client
+
+
+def envelope(result: CallToolResult) -> dict[str, Any]:
+    assert result.is_error is True
+    assert result.meta is not None
+    found: dict[str, Any] = result.meta["mend/error"]
+    return found
+
+
+def text(result: CallToolResult) -> str:
+    return "\n".join(block.text for block in result.content if block.type == "text")
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_tools_listed_with_their_schemas(
+    start_mend: StartMend, inventory: Inventory, mode: str
+) -> None:
+    """Every operation is a tool named by its operationId, with required, enum and pattern."""
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, mode) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == {"get_item", "list_items", "create_item", "delete_item", "item_report"}
+    create = tools["create_item"].input_schema
+    assert create["required"] == ["name", "priority", "qty"]
+    assert create["properties"]["priority"]["enum"] == ["low", "high"]
+    assert create["properties"]["name"]["pattern"] == "^[a-z][a-z0-9-]{1,30}$"
+    assert tools["get_item"].input_schema["required"] == ["item_id"]
+    assert tools["get_item"].output_schema is not None
+    assert tools["get_item"].output_schema["properties"]["id"]["type"] == "integer"
+
+
+async def test_annotations_follow_the_method(start_mend: StartMend, inventory: Inventory) -> None:
+    """GET is read-only, DELETE idempotent and destructive, POST neither."""
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, "auto") as client:
+        tools = {t.name: t.annotations for t in (await client.list_tools()).tools}
+    get, delete, post = tools["get_item"], tools["delete_item"], tools["create_item"]
+    assert get is not None
+    assert delete is not None
+    assert post is not None
+    assert (get.read_only_hint, get.destructive_hint) == (True, False)
+    assert (delete.idempotent_hint, delete.destructive_hint) == (True, True)
+    assert (post.read_only_hint, post.idempotent_hint) == (False, False)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_success_is_structured_content(
+    start_mend: StartMend, inventory: Inventory, mode: str
+) -> None:
+    """A 2xx answer is the JSON body in structuredContent and as text."""
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, mode) as client:
+        result = await client.call_tool("get_item", {"item_id": 1})
+    assert result.is_error is False
+    body = {"id": 1, "name": "bolts", "priority": "low", "qty": 5}
+    assert result.structured_content == body
+    assert json.loads(text(result)) == body
+
+
+async def test_array_answer_is_wrapped_as_its_output_schema_says(
+    start_mend: StartMend, inventory: Inventory
+) -> None:
+    """A JSON array answer comes as {"result": [...]}, as the tool's outputSchema names it."""
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, "auto") as client:
+        result = await client.call_tool("list_items", {"limit": 1})
+    assert result.structured_content == {
+        "result": [{"id": 1, "name": "bolts", "priority": "low", "qty": 5}]
+    }
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_invalid_call_refused_before_the_upstream(
+    start_mend: StartMend, inventory: Inventory, mode: str
+) -> None:
+    """Invalid arguments never reach the API, and both bad fields are named as arguments."""
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, mode) as client:
+        before = inventory.hits["count"]
+        result = await client.call_tool(
+            "create_item", {"name": "Bad Name", "priority": "urgent", "qty": 2}
+        )
+    assert inventory.hits["count"] == before
+    error = envelope(result)
+    assert error["code"] == "VALIDATION_FAILED"
+    assert {f["field"] for f in error["invalid_fields"]} == {"/name", "/priority"}
+    assert text(result).startswith("Error VALIDATION_FAILED")
+    assert "/priority" in text(result)
+
+
+async def test_missing_path_argument_is_named(start_mend: StartMend, inventory: Inventory) -> None:
+    """A required path parameter left out is an invalid argument, not a request to a wrong path."""
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, "auto") as client:
+        before = inventory.hits["count"]
+        result = await client.call_tool("get_item", {})
+    assert inventory.hits["count"] == before
+    fields = envelope(result)["invalid_fields"]
+    assert [(f["field"], f["location"]) for f in fields] == [("/item_id", "path")]
+
+
+async def test_unknown_argument_is_refused(start_mend: StartMend, inventory: Inventory) -> None:
+    """An argument the tool does not have is named, with the ones it has."""
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, "auto") as client:
+        result = await client.call_tool("get_item", {"item_id": 1, "verbose": True})
+    field = envelope(result)["invalid_fields"][0]
+    assert field["field"] == "/verbose"
+    assert field["allowed_values"] == {"enum": ["item_id"]}
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_upstream_404_is_a_tool_error(
+    start_mend: StartMend, inventory: Inventory, mode: str
+) -> None:
+    """The API's 404 is isError with the plan as text and the envelope in _meta."""
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, mode) as client:
+        result = await client.call_tool("get_item", {"item_id": 9})
+    error = envelope(result)
+    assert (error["code"], error["upstream_status"]) == ("RESOURCE_NOT_FOUND", 404)
+    assert error["message"] == "Item 9 not found"
+    assert text(result).startswith("Error RESOURCE_NOT_FOUND")
+
+
+async def test_upstream_409_is_a_tool_error(start_mend: StartMend, inventory: Inventory) -> None:
+    """The API's 409 is a conflict the model is told to reconcile."""
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, "legacy") as client:
+        result = await client.call_tool(
+            "create_item", {"name": "bolts", "priority": "high", "qty": 3}
+        )
+    error = envelope(result)
+    assert (error["code"], error["category"], error["upstream_status"]) == (
+        "CONFLICT",
+        "conflict",
+        409,
+    )
+    assert "bolts" in error["message"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_500_trace_and_dsn_never_reach_the_model(
+    start_mend: StartMend, inventory: Inventory, mode: str
+) -> None:
+    """The API's traceback and database DSN are in no part of the tool's result."""
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, mode) as client:
+        result = await client.call_tool("item_report", {"item_id": 1})
+    error = envelope(result)
+    assert error["upstream_status"] == 500
+    whole = result.model_dump_json(by_alias=True)
+    for secret in ("Traceback", "reports.py", "Sup3rSecretPw", "db-7.internal.corp", DSN):
+        assert secret not in whole
+
+
+async def test_envelope_in_structured_content_without_output_schema(
+    start_mend: StartMend, inventory: Inventory
+) -> None:
+    """A tool without an outputSchema carries the envelope in structuredContent too."""
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, "auto") as client:
+        result = await client.call_tool("item_report", {"item_id": 1})
+    assert result.structured_content == {"error": envelope(result)}
+
+
+async def test_envelope_not_in_structured_content_with_output_schema(
+    start_mend: StartMend, inventory: Inventory
+) -> None:
+    """A tool with an outputSchema gets no structuredContent its schema would refuse."""
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, "auto") as client:
+        result = await client.call_tool("get_item", {"item_id": 9})
+    assert result.is_error is True
+    assert result.structured_content is None
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_unknown_tool_points_to_tools_list(
+    start_mend: StartMend, inventory: Inventory, mode: str
+) -> None:
+    """A call to a tool that does not exist is told to call tools/list."""
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, mode) as client:
+        result = await client.call_tool("get_widget", {"id": 1})
+    error = envelope(result)
+    assert (error["code"], error["next_operation"]) == ("TOOL_NOT_FOUND", "tools/list")
+    assert "tools/list" in text(result)
+
+
+async def test_tool_errors_are_counted_per_route(
+    start_mend: StartMend, inventory: Inventory
+) -> None:
+    """A tool's failure is an envelope of the route in mend's metrics and log."""
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, "auto") as client:
+        await client.call_tool("get_item", {"item_id": 9})
+    labels = {
+        "code": "RESOURCE_NOT_FOUND",
+        "category": "not_found",
+        "route": "default",
+        "upstream_status": "404",
+        "rule": "fallback.404",
+        "protocol": "http",
+    }
+    assert mend.metric("mend_errors_total", **labels) == 1
+    lines = [line for line in mend.log_lines() if line.get("code") == "RESOURCE_NOT_FOUND"]
+    assert [line["path"] for line in lines] == ["/items/9"]

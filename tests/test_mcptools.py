@@ -277,3 +277,53 @@ async def test_tool_errors_are_counted_per_route(
     assert mend.metric("mend_errors_total", **labels) == 1
     lines = [line for line in mend.log_lines() if line.get("code") == "RESOURCE_NOT_FOUND"]
     assert [line["path"] for line in lines] == ["/items/9"]
+
+
+async def test_pydantic_ai_agent_recovers_from_the_envelope(
+    start_mend: StartMend, inventory: Inventory
+) -> None:
+    """A pydantic-ai agent's invalid call comes back as a retry it fixes from the envelope."""
+    from pydantic_ai import Agent  # noqa: PLC0415 (the agent framework loads only here)
+    from pydantic_ai.mcp import MCPToolset  # noqa: PLC0415
+    from pydantic_ai.messages import (  # noqa: PLC0415
+        ModelMessage,
+        ModelResponse,
+        RetryPromptPart,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+    )
+    from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: PLC0415
+
+    mend = await mend_for(start_mend, inventory)
+    told: list[str] = []
+    offered: list[str] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        offered[:] = [tool.name for tool in info.function_tools]
+        parts = messages[-1].parts
+        said = [
+            str(p.content)
+            for p in parts
+            if isinstance(p, RetryPromptPart | ToolReturnPart) and p.tool_name == "create_item"
+        ]
+        if said and not said[0].startswith("Error "):
+            return ModelResponse(parts=[TextPart(f"created: {said[0]}")])
+        if said:  # repair every field the envelope names, with what it suggests
+            told.append(said[0])
+            error = json.loads(said[0].strip().splitlines()[-1])["error"]
+            args: dict[str, Any] = {"name": "Washers!", "priority": "urgent", "qty": 2}
+            for field in error["invalid_fields"]:
+                key = field["field"].lstrip("/")
+                args[key] = field["suggested_value"] or args[key].lower().strip("!")
+            return ModelResponse(parts=[ToolCallPart("create_item", args)])
+        call = {"name": "Washers!", "priority": "urgent", "qty": 2}
+        return ModelResponse(parts=[ToolCallPart("create_item", call)])
+
+    toolset: Any = MCPToolset(str(mend.client.make_url("/mcp")))
+    agent = Agent(FunctionModel(model), toolsets=[toolset])
+    async with asyncio.timeout(TIMEOUT_S):
+        result = await agent.run("Add two washers of low priority.")
+    assert "create_item" in offered
+    assert [t.split(":")[0] for t in told] == ["Error VALIDATION_FAILED"]
+    assert "'name': 'washers'" in result.output

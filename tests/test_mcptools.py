@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import uvicorn
 from mcp.client import Client
-from mcp_types import CallToolResult
+from mcp_types import CallToolResult, ToolListChangedNotification
 
 from tests.conftest import Mend, StartMend
 from tests.mcptools_app import DSN, build
@@ -327,3 +327,86 @@ async def test_pydantic_ai_agent_recovers_from_the_envelope(
     assert "create_item" in offered
     assert [t.split(":")[0] for t in told] == ["Error VALIDATION_FAILED"]
     assert "'name': 'washers'" in result.output
+
+
+def many_operations(count: int) -> dict[str, Any]:
+    """An OpenAPI 3.1 document of ``count`` GET operations."""
+    ok = {"200": {"description": "ok"}}
+    paths = {
+        f"/things/t{i}": {"get": {"operationId": f"thing_{i}", "responses": ok}}
+        for i in range(count)
+    }
+    return {"openapi": "3.1.0", "info": {"title": "many", "version": "1"}, "paths": paths}
+
+
+async def test_tools_list_is_paginated(
+    start_mend: StartMend, inventory: Inventory, tmp_path: Path
+) -> None:
+    """150 operations come as a page of 100 and a page of 50, joined by nextCursor."""
+    document = tmp_path / "many.json"
+    document.write_text(json.dumps(many_operations(150)))
+    mend = await start_mend(inventory.url, route={"openapi": document, "mcp_tools": "/mcp"})
+    async with agent(mend, "legacy") as client:
+        first = await client.list_tools()
+        assert first.next_cursor is not None
+        second = await client.list_tools(cursor=first.next_cursor)
+    names = [t.name for t in first.tools + second.tools]
+    assert (len(first.tools), len(second.tools), second.next_cursor) == (100, 50, None)
+    assert sorted(names) == sorted(f"thing_{i}" for i in range(150))
+
+
+async def reload(mend: Mend) -> None:
+    """Reload mend's configuration (its documents with it), as SIGHUP does."""
+    server: Any = mend.client.server
+    await asyncio.to_thread(server.mend.proxy.store.reload)
+
+
+async def test_reload_notifies_legacy_sessions(
+    start_mend: StartMend, inventory: Inventory, tmp_path: Path
+) -> None:
+    """A session of the handshake revisions hears notifications/tools/list_changed."""
+    document = tmp_path / "many.json"
+    document.write_text(json.dumps(many_operations(2)))
+    mend = await start_mend(inventory.url, route={"openapi": document, "mcp_tools": "/mcp"})
+    heard = asyncio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, ToolListChangedNotification):
+            heard.set()
+
+    url = str(mend.client.make_url("/mcp"))
+    async with (
+        asyncio.timeout(TIMEOUT_S),
+        Client(url, mode="legacy", message_handler=on_message) as client,
+    ):
+        assert len((await client.list_tools()).tools) == 2
+        document.write_text(json.dumps(many_operations(3)))
+        await reload(mend)
+        await heard.wait()
+        assert len((await client.list_tools(cache_mode="refresh")).tools) == 3
+
+
+async def test_reload_notifies_listeners(
+    start_mend: StartMend, inventory: Inventory, tmp_path: Path
+) -> None:
+    """A 2026-07-28 client listening for tool changes hears the reload that changed them."""
+    document = tmp_path / "many.json"
+    document.write_text(json.dumps(many_operations(2)))
+    mend = await start_mend(inventory.url, route={"openapi": document, "mcp_tools": "/mcp"})
+    async with agent(mend, "auto") as client, client.listen(tools_list_changed=True) as events:
+        document.write_text(json.dumps(many_operations(3)))
+        await reload(mend)
+        event = await anext(aiter(events))
+        assert type(event).__name__ == "ToolsListChanged"
+        assert len((await client.list_tools(cache_mode="refresh")).tools) == 3
+
+
+async def test_unreachable_api_is_a_tool_error(start_mend: StartMend, inventory: Inventory) -> None:
+    """An API nobody answers for is isError with UPSTREAM_UNREACHABLE, not a protocol error."""
+    down = f"http://127.0.0.1:{free_port()}"
+    mend = await start_mend(down, route={"openapi": inventory.document, "mcp_tools": "/mcp"})
+    async with agent(mend, "auto") as client:
+        result = await client.call_tool("get_item", {"item_id": 1})
+    error = envelope(result)
+    assert (error["code"], error["upstream_status"]) == ("UPSTREAM_UNREACHABLE", None)
+    assert text(result).startswith("Error UPSTREAM_UNREACHABLE")

@@ -210,6 +210,19 @@ async def test_upstream_409_is_a_tool_error(start_mend: StartMend, inventory: In
     assert "bolts" in error["message"]
 
 
+async def test_plan_names_the_tool_not_the_request(
+    start_mend: StartMend, inventory: Inventory
+) -> None:
+    """The recovery plan says to call the tool again, not to send POST /items."""
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, "auto") as client:
+        result = await client.call_tool(
+            "create_item", {"name": "bolts", "priority": "low", "qty": 1}
+        )
+    assert "Call create_item again." in envelope(result)["steps"]
+    assert "POST /items" not in text(result).split("\n\n")[0]
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_500_trace_and_dsn_never_reach_the_model(
     start_mend: StartMend, inventory: Inventory, mode: str

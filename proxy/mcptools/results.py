@@ -6,7 +6,9 @@ failure: ``isError: true``, the text content the recovery plan the tool layers r
 envelope's text rendering, as an MCP upstream's rewritten error, ``proxy/protocols/mcp.py``),
 the envelope in ``_meta["mend/error"]``, and in ``structuredContent`` too as ``{"error": ...}``
 where the tool has no ``outputSchema`` (one that has must only see documents of its own shape).
-Every pointer of the envelope names the tool's argument, not the HTTP request's part.
+Every pointer of the envelope names the tool's argument, not the HTTP request's part, and its
+prose names tools, not requests: the request line (``POST /items``) becomes the tool's name, and a
+``next_operation`` the document has a tool for becomes that tool's name.
 """
 
 from __future__ import annotations
@@ -19,15 +21,20 @@ from proxy import nesting
 from proxy.envelope import Envelope, InvalidField
 from proxy.exchange import NOT_JSON
 from proxy.mcptools.internal import Answer
-from proxy.mcptools.tools import RESULT, ToolSpec
+from proxy.mcptools.tools import RESULT, Toolbox, ToolSpec
 from proxy.protocols.mcp import META_KEY
 from proxy.render import Rendering, render
 
 
-def tool_result(tool: ToolSpec | None, answer: Answer, name: str) -> CallToolResult:
-    """The result of calling tool ``name`` (``tool`` ``None``: there is no such tool)."""
+def tool_result(
+    tool: ToolSpec | None, answer: Answer, name: str, tools: Toolbox | None = None, line: str = ""
+) -> CallToolResult:
+    """The result of calling tool ``name`` (``tool`` ``None``: there is no such tool); ``line``
+    is the request the call made (``GET /items/9``), ``tools`` the tools beside it."""
     if answer.envelope is not None:
-        envelope = pointed(tool, answer.envelope) if tool is not None else answer.envelope
+        envelope = answer.envelope
+        if tool is not None:
+            envelope = in_tool_terms(pointed(tool, envelope), tool, tools, line)
         return failure(envelope, name, has_output=bool(tool and tool.definition.output_schema))
     text = answer.body.decode("utf-8", "replace")
     document = nesting.loads(answer.body) if answer.body and not answer.over else NOT_JSON
@@ -60,6 +67,31 @@ def pointed(tool: ToolSpec, envelope: Envelope) -> Envelope:
             (f.location for f in envelope.invalid_fields if f.field == envelope.field), None
         )
         update["field"] = argument_pointer(tool, envelope.field, location)
+    return envelope.model_copy(update=update)
+
+
+def in_tool_terms(envelope: Envelope, tool: ToolSpec, tools: Toolbox | None, line: str) -> Envelope:
+    """The envelope's prose with the tool's name for the request it made, and its
+    ``next_operation`` a tool's name when the document has a tool for it."""
+
+    def said(text: str) -> str:
+        if not line or line not in text:
+            return text
+        text = text.replace(f"Send {line} again", f"Call {tool.name} again")
+        return text.replace(line, f"the tool {tool.name}")
+
+    update: dict[str, Any] = {
+        "message": said(envelope.message),
+        "hint": said(envelope.hint),
+        "steps": tuple(said(step) for step in envelope.steps),
+    }
+    following = envelope.next_operation
+    if following and tools is not None:
+        method, _, path = following.partition(" ")
+        for other in tools.tools:
+            if (other.operation.method, other.operation.path) == (method, path):
+                update["next_operation"] = other.name
+                break
     return envelope.model_copy(update=update)
 
 

@@ -155,8 +155,9 @@ class ToolServers:
 
     async def call(
         self, route: str, name: str, arguments: Any, request: web.BaseRequest
-    ) -> tuple[ToolSpec | None, internal.Answer]:
-        """The proxy's answer to the tool's HTTP request (or to its refusal)."""
+    ) -> tuple[ToolSpec | None, internal.Answer, Toolbox | None, str]:
+        """The proxy's answer to the tool's HTTP request (or to its refusal), the route's
+        tools, and the request line sent."""
         from proxy.mcptools.arguments import http_call  # noqa: PLC0415
 
         found = self.toolbox(route)
@@ -176,6 +177,7 @@ class ToolServers:
             headers.extend(made.headers)
             method, target, body = made.method, made.target, made.body
             state = {PRESET: made.violations}
+        line = f"{method} {target.split('?', 1)[0]}"
         answer = await internal.run(
             self._handler,
             method,
@@ -188,7 +190,7 @@ class ToolServers:
             limit=MAX_RESULT_BODY,
             state=state,
         )
-        return tool, answer
+        return tool, answer, found[0] if found is not None else None, line
 
 
 class _RouteServer:
@@ -281,8 +283,10 @@ class _RouteServer:
         request = ctx.request.scope[asgi.REQUEST] if ctx.request is not None else None
         if not isinstance(request, web.BaseRequest):
             raise RuntimeError("a tools/call without its HTTP request")
-        tool, answer = await self.owner.call(self.route, params.name, params.arguments, request)
-        return tool_result(tool, answer, params.name)
+        tool, answer, tools, line = await self.owner.call(
+            self.route, params.name, params.arguments, request
+        )
+        return tool_result(tool, answer, params.name, tools, line)
 
     def _remember(self, ctx: Any) -> None:
         session = getattr(ctx, "session", None)

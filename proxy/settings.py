@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.resources
+import importlib.util
 import os
 import re
 from dataclasses import dataclass, field
@@ -157,6 +158,8 @@ class Route(_Model):
             )
         if self.mcp_tools is not None and self.openapi is None:
             raise ValueError("mcp_tools: PATH needs openapi: FILE (the document of the tools)")
+        if self.mcp_tools is not None and importlib.util.find_spec("mcp") is None:
+            raise ValueError("mcp_tools: PATH needs the MCP SDK: pip install 'mend[mcp]'")
         return self
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -423,3 +425,19 @@ async def test_unreachable_api_is_a_tool_error(start_mend: StartMend, inventory:
     error = envelope(result)
     assert (error["code"], error["upstream_status"]) == ("UPSTREAM_UNREACHABLE", None)
     assert text(result).startswith("Error UPSTREAM_UNREACHABLE")
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--mcp-tools", "/mcp"], "mcp_tools: PATH needs openapi: FILE"),
+        (["--mcp-tools", "mcp", "--openapi", "x.json"], "--mcp-tools: String should match"),
+    ],
+)
+def test_operator_errors_are_one_line(flags: list[str], said: str) -> None:
+    """A bad --mcp-tools is a `mend: error:` line and exit 2."""
+    command = [sys.executable, "-m", "proxy", "run", "--upstream", "http://127.0.0.1:9", *flags]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert done.stderr.startswith("mend: error: ")
+    assert said in done.stderr

@@ -441,3 +441,70 @@ def test_operator_errors_are_one_line(flags: list[str], said: str) -> None:
     assert done.returncode == 2
     assert done.stderr.startswith("mend: error: ")
     assert said in done.stderr
+
+
+COLLIDING = {
+    "openapi": "3.1.0",
+    "info": {"title": "colliding", "version": "1"},
+    "paths": {
+        "/things/{id}": {
+            "put": {
+                "operationId": "put thing!",
+                "parameters": [
+                    {"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}},
+                    {"name": "id", "in": "query", "schema": {"type": "integer"}},
+                    {"name": "Authorization", "in": "header", "schema": {"type": "string"}},
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["name"],
+                                "properties": {
+                                    "id": {"type": "integer"},
+                                    "name": {"type": "string"},
+                                },
+                            }
+                        }
+                    },
+                },
+                "responses": {"204": {"description": "done"}},
+            }
+        }
+    },
+}
+
+
+def colliding_tool(tmp_path: Path) -> tuple[Any, Any]:
+    from proxy.mcptools.tools import Toolbox  # noqa: PLC0415
+    from proxy.openapi.spec import Spec  # noqa: PLC0415
+
+    document = tmp_path / "colliding.json"
+    document.write_text(json.dumps(COLLIDING))
+    spec = Spec.load(document)
+    return spec, Toolbox.of(spec).tools[0]
+
+
+def test_colliding_names_get_their_location(tmp_path: Path) -> None:
+    """A query parameter and a body property named like the path parameter are prefixed."""
+    _, tool = colliding_tool(tmp_path)
+    schema = tool.definition.input_schema
+    assert tool.name == "put_thing"
+    assert list(schema["properties"]) == ["id", "query_id", "body_id", "name"]
+    assert schema["required"] == ["id", "name"]
+
+
+def test_arguments_go_back_where_they_came_from(tmp_path: Path) -> None:
+    """Each argument lands in its own part of the request: path, query, JSON body."""
+    from proxy.mcptools.arguments import http_call  # noqa: PLC0415
+    from proxy.openapi.spec import Mount  # noqa: PLC0415
+    from proxy.settings import Route  # noqa: PLC0415
+
+    spec, tool = colliding_tool(tmp_path)
+    mount = Mount.of(Route(name="r", prefix="/api", strip_prefix=True, upstream="http://u"))
+    call = http_call(tool, {"id": 7, "query_id": 8, "body_id": 9, "name": "a b"}, spec, mount)
+    assert (call.method, call.target) == ("PUT", "/api/things/7?id=8")
+    assert json.loads(call.body or b"") == {"id": 9, "name": "a b"}
+    assert call.violations == []

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from proxy.failures import ProxyFailure
 from proxy.mcptools import asgi, internal
 from proxy.openapi.gate import PRESET
 from proxy.openapi.spec import Mount, Spec
+from proxy.request_id import request_id
 from proxy.settings import Route
 
 if TYPE_CHECKING:  # the MCP types load with a route's first MCP request, not with mend
@@ -107,12 +109,24 @@ class ToolServers:
             server = self._servers[route] = _RouteServer(self, route)
             await server.start()
         settings = self._loaded().settings
-        return await asgi.serve(
+        started = time.perf_counter()
+        response = await asgi.serve(
             server.manager.handle_request,
             request,
             limit=MAX_MCP_BODY,
             idle=settings.client_body_timeout,
         )
+        self.log.info(  # the MCP exchange itself; each tool call logs its own request line
+            "request",
+            request_id=request_id(request.headers),
+            route=route,
+            method=request.method,
+            path=request.path,
+            status=response.status,
+            outcome="mcp_tools",
+            latency_ms=round((time.perf_counter() - started) * 1000, 3),
+        )
+        return response
 
     def reloaded(self, ok: bool, rules: int) -> None:
         """A reload listener (any thread): servers whose tools changed tell their clients."""

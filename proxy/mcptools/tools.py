@@ -11,6 +11,8 @@ One tool per operation (``proxy/openapi/operations.py`` reads them):
   argument, ``body``. Unknown arguments are refused (``additionalProperties: false``).
 - ``outputSchema``: the first 2xx response's JSON schema when it is an object; a 2xx schema of
   another type is wrapped as ``{"result": ...}`` (and so is the body in ``structuredContent``).
+- header parameters OpenAPI ignores (``Accept``, ``Content-Type``, ``Authorization``) and HTTP's
+  own (``Host``, ``Content-Length``, ...) are not arguments: credentials come with the MCP request.
 - annotations from the method: ``readOnlyHint`` for GET and HEAD, ``idempotentHint`` for PUT and
   DELETE, ``destructiveHint`` for DELETE; ``openWorldHint`` always (an outside API).
 """
@@ -38,6 +40,10 @@ RESULT = "result"
 BODY = "body"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _LOCATIONS = ("path", "query", "header")
+_NOT_ARGUMENTS = frozenset(
+    {"accept", "content-type", "authorization", "host", "content-length", "transfer-encoding"}
+    | {"connection", "te", "upgrade", "expect", "cookie"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +146,7 @@ def _tool(spec: Spec, operation: Operation, raw: Mapping[str, Any], name: str) -
 
     for location in _LOCATIONS:
         for param in operation.parameters:
-            if param.location == location:
+            if param.location == location and not _ignored(param.location, param.name):
                 schema = standalone(param.schema, document)
                 add(location, param.name, schema, param.required, described.get(param.name))
     body = operation.body
@@ -170,6 +176,12 @@ def _tool(spec: Spec, operation: Operation, raw: Mapping[str, Any], name: str) -
         annotations=_annotations(operation.method),
     )
     return ToolSpec(name, operation, tuple(arguments), wrapped, definition)
+
+
+def _ignored(location: str, name: str) -> bool:
+    """Header parameters OpenAPI ignores (Accept, Content-Type, Authorization), and those that
+    are HTTP's framing, not the API's: never arguments."""
+    return location == "header" and name.lower() in _NOT_ARGUMENTS
 
 
 def _parameter_descriptions(

@@ -166,8 +166,11 @@ class Proxy:
             if runtime is None:
                 raise RouteNotFound(request.path)
             route = runtime.route
-            if (refused := request.get(tool_calls.REFUSED)) is not None:
-                raise refused  # an MCP tool call mend answers itself (proxy/mcptools)
+            # an MCP tool's call (proxy/mcptools) stands on no connection; look no further for
+            # an agent's: a missing request key costs a KeyError
+            tool_call = request.transport is None
+            if tool_call and (refused := request.get(tool_calls.REFUSED)) is not None:
+                raise refused  # answered as mend's own failure
             target = upstream_target(request.raw_path, route.prefix, route.strip_prefix)
             # 0. protocol: what the agent speaks, from its headers; a JSON body is kept on the side
             call = self.detector.call(request, route.protocol)
@@ -175,7 +178,7 @@ class Proxy:
             # 0b. a route with validate_requests checks the request against its documented
             # operation; an invalid one ends here (the body read is forwarded as it came)
             sent = intake.body(request, gen.settings, call) if request.body_exists else None
-            if route.validate_requests or PRESET in request:  # PRESET: an MCP tool's call
+            if route.validate_requests or (tool_call and PRESET in request):
                 sent = await self.openapi.check(request, route, sent)
             # 1. forward, unless the route's circuit is open
             if self.circuits.enabled and (wait := await self.circuits.blocked_ms(route_name)):
@@ -565,7 +568,7 @@ class Proxy:
             rendered is None
             and route is not None
             and route.openapi is not None
-            and tool_calls.REFUSED not in request  # no operation was called: nothing to add
+            and not (request.transport is None and tool_calls.REFUSED in request)  # no call
         ):
             document = exchange.json if exchange is not None and exchange.is_json else None
             sent = call.document() if call is not None else NOT_JSON  # the JSON body kept aside
@@ -610,7 +613,8 @@ class Proxy:
         if envelope.retryable and envelope.retry_after_ms is not None:
             headers["Retry-After"] = str(math.ceil(envelope.retry_after_ms / 1000))
         self.metrics.redacted(kinds)
-        request[tool_calls.ENVELOPE] = envelope  # what an MCP tool's result is made of
+        if request.transport is None:  # an MCP tool's call: what its result is made of
+            request[tool_calls.ENVELOPE] = envelope
         return web.Response(status=http_status, body=body, headers=headers), envelope
 
     def _bug(self, exc: Exception) -> ProxyBug:

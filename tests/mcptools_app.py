@@ -1,11 +1,13 @@
 """A legacy REST API with an OpenAPI 3.1 document (FastAPI's), for ``mcp_tools``.
 
 It fails the ways legacy APIs do, through FastAPI's own machinery: ``404`` for an unknown item,
-``409`` for a name taken, and a ``500`` whose plain-text body carries a Python traceback and a
-database DSN (``/items/{item_id}/report``). ``hits`` counts the requests that reached it.
+``409`` for a name taken, a ``500`` whose plain-text body carries a Python traceback and a
+database DSN (``/items/{item_id}/report``), and an answer that takes ``SLOW_S`` seconds
+(``/items/{item_id}/history``). ``hits`` counts the requests that reached it.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the parameters' annotations at runtime.
+import asyncio
 from enum import StrEnum
 from typing import Annotated
 
@@ -13,6 +15,7 @@ from fastapi import FastAPI, HTTPException, Path, Query
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, Field
 
+SLOW_S = 3.0
 DSN = "postgres://inventory:Sup3rSecretPw@db-7.internal.corp:5432/inventory"
 TRACE = (
     "Traceback (most recent call last):\n"
@@ -78,5 +81,10 @@ def build() -> tuple[FastAPI, dict[str, int]]:
     )
     def report(item_id: int) -> PlainTextResponse:
         return PlainTextResponse(TRACE, status_code=500)
+
+    @app.get("/items/{item_id}/history", operation_id="item_history", summary="An item's history")
+    async def history(item_id: int) -> list[str]:
+        await asyncio.sleep(SLOW_S)
+        return []
 
     return app, hits

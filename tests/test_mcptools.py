@@ -92,7 +92,8 @@ async def test_tools_listed_with_their_schemas(
     mend = await mend_for(start_mend, inventory)
     async with agent(mend, mode) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-    assert set(tools) == {"get_item", "list_items", "create_item", "delete_item", "item_report"}
+    documented = {"get_item", "list_items", "create_item", "delete_item", "item_report"}
+    assert set(tools) == {*documented, "item_history"}
     create = tools["create_item"].input_schema
     assert create["required"] == ["name", "priority", "qty"]
     assert create["properties"]["priority"]["enum"] == ["low", "high"]
@@ -508,3 +509,26 @@ def test_arguments_go_back_where_they_came_from(tmp_path: Path) -> None:
     assert (call.method, call.target) == ("PUT", "/api/things/7?id=8")
     assert json.loads(call.body or b"") == {"id": 9, "name": "a b"}
     assert call.violations == []
+
+
+async def test_slow_api_is_a_timeout_tool_error(
+    start_mend: StartMend, inventory: Inventory
+) -> None:
+    """An answer later than the route's read_timeout is isError with UPSTREAM_TIMEOUT."""
+    mend = await mend_for(start_mend, inventory, read_timeout=0.5)
+    async with agent(mend, "auto") as client:
+        result = await client.call_tool("item_history", {"item_id": 1})
+    error = envelope(result)
+    assert (error["code"], error["upstream_status"]) == ("UPSTREAM_TIMEOUT", None)
+
+
+async def test_repeated_failure_is_seen_across_calls(
+    start_mend: StartMend, inventory: Inventory
+) -> None:
+    """The same failing tool call twice carries repeat, as the same HTTP request would."""
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, "auto") as client:
+        first = await client.call_tool("get_item", {"item_id": 9})
+        second = await client.call_tool("get_item", {"item_id": 9})
+    assert envelope(first).get("repeat") is None
+    assert envelope(second)["repeat"]["count"] == 2

@@ -12,7 +12,7 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+from aiohttp.test_utils import TestServer
 from mcp.client import Client
 from mcp_types import CallToolResult, ToolListChangedNotification
 
@@ -532,3 +533,29 @@ async def test_repeated_failure_is_seen_across_calls(
         second = await client.call_tool("get_item", {"item_id": 9})
     assert envelope(first).get("repeat") is None
     assert envelope(second)["repeat"]["count"] == 2
+
+
+async def test_demo_tool_agent_follows_next_operation_to_a_tool(
+    start_mend: StartMend, aiohttp_server: Callable[..., Awaitable[TestServer]]
+) -> None:
+    """The demo's MCP agent confirms before shipping: next_operation names the confirm tool."""
+    from demo.legacy_api import create_legacy_app  # noqa: PLC0415
+    from demo.run import DEMO_OPENAPI, DEMO_RULES, TOOLS_PATH  # noqa: PLC0415
+    from demo.tool_agent import run_tool_agent  # noqa: PLC0415
+
+    legacy = await aiohttp_server(create_legacy_app(retry_after_s=1, slow_seconds=0.3))
+    route = {"openapi": DEMO_OPENAPI, "rules": (DEMO_RULES,), "mcp_tools": TOOLS_PATH}
+    mend = await start_mend(str(legacy.make_url("/")).rstrip("/"), route=route)
+    async with asyncio.timeout(TIMEOUT_S):
+        report, tools = await run_tool_agent(str(mend.client.make_url(TOOLS_PATH)), order_id=5)
+    outcomes = {r.name: (r.outcome, r.trail) for r in report.results}
+    assert tools == 10
+    assert outcomes["ship an order"] == (
+        "completed",
+        [
+            "shipOrder: ORDER_NOT_CONFIRMED -> call_other_operation",
+            "confirmOrder: ok",
+            "shipOrder: ok",
+        ],
+    )
+    assert outcomes["download an invoice"][0] == "escalated"

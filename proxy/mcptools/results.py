@@ -13,6 +13,7 @@ prose names tools, not requests: the request line (``POST /items``) becomes the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from mcp_types import CallToolResult, TextContent
@@ -22,19 +23,24 @@ from proxy.envelope import Envelope, InvalidField
 from proxy.exchange import NOT_JSON
 from proxy.mcptools.internal import Answer
 from proxy.mcptools.tools import RESULT, Toolbox, ToolSpec
+from proxy.openapi.spec import Mount, Spec
 from proxy.protocols.mcp import META_KEY
 from proxy.render import Rendering, render
 
 
 def tool_result(
-    tool: ToolSpec | None, answer: Answer, name: str, tools: Toolbox | None = None, line: str = ""
+    tool: ToolSpec | None,
+    answer: Answer,
+    name: str,
+    context: ToolContext | None = None,
+    line: str = "",
 ) -> CallToolResult:
     """The result of calling tool ``name`` (``tool`` ``None``: there is no such tool); ``line``
-    is the request the call made (``GET /items/9``), ``tools`` the tools beside it."""
+    is the request the call made (``GET /items/9``), ``context`` the tools beside it."""
     if answer.envelope is not None:
         envelope = answer.envelope
         if tool is not None:
-            envelope = in_tool_terms(pointed(tool, envelope), tool, tools, line)
+            envelope = in_tool_terms(pointed(tool, envelope), tool, context, line)
         return failure(envelope, name, has_output=bool(tool and tool.definition.output_schema))
     text = answer.body.decode("utf-8", "replace")
     document = nesting.loads(answer.body) if answer.body and not answer.over else NOT_JSON
@@ -70,7 +76,9 @@ def pointed(tool: ToolSpec, envelope: Envelope) -> Envelope:
     return envelope.model_copy(update=update)
 
 
-def in_tool_terms(envelope: Envelope, tool: ToolSpec, tools: Toolbox | None, line: str) -> Envelope:
+def in_tool_terms(
+    envelope: Envelope, tool: ToolSpec, context: ToolContext | None, line: str
+) -> Envelope:
     """The envelope's prose with the tool's name for the request it made, and its
     ``next_operation`` a tool's name when the document has a tool for it."""
 
@@ -85,14 +93,50 @@ def in_tool_terms(envelope: Envelope, tool: ToolSpec, tools: Toolbox | None, lin
         "hint": said(envelope.hint),
         "steps": tuple(said(step) for step in envelope.steps),
     }
-    following = envelope.next_operation
-    if following and tools is not None:
-        method, _, path = following.partition(" ")
-        for other in tools.tools:
-            if (other.operation.method, other.operation.path) == (method, path):
-                update["next_operation"] = other.name
-                break
+    if envelope.next_operation and context is not None:
+        update.update(next_tool(envelope, context))
     return envelope.model_copy(update=update)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """The tools beside the one called: the route's document, where it is mounted."""
+
+    tools: Toolbox
+    spec: Spec
+    mount: Mount
+
+
+def next_tool(envelope: Envelope, context: ToolContext) -> dict[str, Any]:
+    """``next_operation`` (``POST /orders/17/confirm``, or a template) as the tool that calls it
+    and its arguments (path values read off the path, then ``next_operation_args``); ``{}``
+    when no tool does."""
+    method, _, path = (envelope.next_operation or "").partition(" ")
+    located = context.spec.locate(method, path.split("?", 1)[0], context.mount)
+    match = located.match if located is not None else None
+    if match is None or match.operation is None:
+        return {}
+    operation = match.operation
+    tool = next(
+        (t for t in context.tools.tools if t.operation is operation),
+        None,
+    )
+    if tool is None:
+        return {}
+    arguments: dict[str, Any] = {}
+    for key, value in match.params.items():
+        argument = tool.argument("path", key)
+        if argument is not None and not value.startswith("{"):  # a template's own {name}
+            arguments[argument.name] = _typed(value)
+    for key, value in (envelope.next_operation_args or {}).items():
+        argument = tool.named(key) or tool.argument("path", key) or tool.argument("query", key)
+        arguments[argument.name if argument is not None else key] = value
+    return {"next_operation": tool.name, "next_operation_args": arguments or None}
+
+
+def _typed(text: str) -> Any:
+    """A path value as the model would write it: digits as a number."""
+    return int(text) if text.isdigit() and len(text) < 16 else text
 
 
 def _field(tool: ToolSpec, item: InvalidField) -> InvalidField:

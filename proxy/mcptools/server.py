@@ -36,6 +36,7 @@ from proxy.request_id import request_id
 from proxy.settings import Route
 
 if TYPE_CHECKING:  # the MCP types load with a route's first MCP request, not with mend
+    from proxy.mcptools.results import ToolContext
     from proxy.mcptools.tools import Toolbox, ToolSpec
 
 #: Tools in one ``tools/list`` page; ``nextCursor`` is the next page's first index.
@@ -169,10 +170,11 @@ class ToolServers:
 
     async def call(
         self, route: str, name: str, arguments: Any, request: web.BaseRequest
-    ) -> tuple[ToolSpec | None, internal.Answer, Toolbox | None, str]:
+    ) -> tuple[ToolSpec | None, internal.Answer, ToolContext | None, str]:
         """The proxy's answer to the tool's HTTP request (or to its refusal), the route's
         tools, and the request line sent."""
         from proxy.mcptools.arguments import http_call  # noqa: PLC0415
+        from proxy.mcptools.results import ToolContext  # noqa: PLC0415
 
         found = self.toolbox(route)
         headers = CIMultiDict[str]()
@@ -183,11 +185,13 @@ class ToolServers:
         headers["Accept-Encoding"] = "identity"
         tool = found[0].by_name.get(name) if found is not None else None
         state: dict[Any, Any]
+        context = None
         if tool is None or found is None:
             method, target, body = "POST", request.rel_url.raw_path, None
             state = {internal.REFUSED: ToolNotFound(f"no tool {name[:100]!r}")}
         else:
-            made = http_call(tool, arguments, found[1], Mount.of(found[2]))
+            context = ToolContext(found[0], found[1], Mount.of(found[2]))
+            made = http_call(tool, arguments, context.spec, context.mount)
             headers.extend(made.headers)
             method, target, body = made.method, made.target, made.body
             state = {PRESET: made.violations}
@@ -204,7 +208,7 @@ class ToolServers:
             limit=MAX_RESULT_BODY,
             state=state,
         )
-        return tool, answer, found[0] if found is not None else None, line
+        return tool, answer, context, line
 
 
 class _RouteServer:
@@ -297,10 +301,10 @@ class _RouteServer:
         request = ctx.request.scope[asgi.REQUEST] if ctx.request is not None else None
         if not isinstance(request, web.BaseRequest):
             raise RuntimeError("a tools/call without its HTTP request")
-        tool, answer, tools, line = await self.owner.call(
+        tool, answer, context, line = await self.owner.call(
             self.route, params.name, params.arguments, request
         )
-        return tool_result(tool, answer, params.name, tools, line)
+        return tool_result(tool, answer, params.name, context, line)
 
     def _remember(self, ctx: Any) -> None:
         session = getattr(ctx, "session", None)

@@ -96,6 +96,9 @@ class ToolServers:
         #: each loaded document's tools, made once per document (a reload loads a new one)
         self._boxes: OrderedDict[int, tuple[Spec, Toolbox]] = OrderedDict()
 
+    def workers(self) -> int:
+        return self._loaded().settings.workers
+
     def route_for(self, path: str) -> str | None:
         """The route whose MCP server ``path`` is, if any (one dictionary look-up)."""
         settings = self._loaded().settings
@@ -230,8 +233,14 @@ class _RouteServer:
             on_call_tool=self._call_tool,
             on_subscriptions_listen=self.listen,
         )
+        # with --workers a session's next request may reach another process, which would not
+        # know it: the handshake revisions are served stateless there (no session, no
+        # standalone stream, so no list_changed for them; 2026-07-28 is stateless anyway)
         self.manager = StreamableHTTPSessionManager(
-            app=self.server, max_sessions=MAX_SESSIONS, max_request_body_size=MAX_MCP_BODY
+            app=self.server,
+            max_sessions=MAX_SESSIONS,
+            max_request_body_size=MAX_MCP_BODY,
+            stateless=owner.workers() > 1,
         )
         #: legacy sessions that listed the tools: told when the list changes (oldest dropped)
         self.sessions: OrderedDict[int, Any] = OrderedDict()

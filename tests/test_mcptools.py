@@ -559,3 +559,68 @@ async def test_demo_tool_agent_follows_next_operation_to_a_tool(
         ],
     )
     assert outcomes["download an invoice"][0] == "escalated"
+
+
+def test_too_deep_arguments_are_a_violation(tmp_path: Path) -> None:
+    """Arguments nested deeper than JSON can be sent are an invalid call, not a crash."""
+    from proxy.mcptools.arguments import http_call  # noqa: PLC0415
+    from proxy.openapi.spec import Mount  # noqa: PLC0415
+    from proxy.settings import Route  # noqa: PLC0415
+
+    deep: Any = "x"
+    for _ in range(300):
+        deep = [deep]
+    spec, tool = colliding_tool(tmp_path)
+    mount = Mount.of(Route(name="r", upstream="http://u"))
+    call = http_call(tool, {"id": 1, "name": deep}, spec, mount)
+    assert [(v.pointer, v.reason) for v in call.violations] == [
+        ("", "the arguments nest too deep to be sent as JSON")
+    ]
+
+
+def sse_json(text: str) -> dict[str, Any]:
+    """The JSON-RPC message of a one-event SSE answer (or a JSON one)."""
+    data = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
+    found: dict[str, Any] = json.loads(data[-1] if data else text)
+    return found
+
+
+@pytest.mark.parametrize("revision", ["2025-06-18", "2025-11-25"])
+async def test_handshake_revision_on_the_wire(
+    start_mend: StartMend, inventory: Inventory, revision: str
+) -> None:
+    """An initialize asking for a handshake revision gets it, and a tool error on the wire."""
+    mend = await mend_for(start_mend, inventory)
+    headers = {"Accept": "application/json, text/event-stream"}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": revision,
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"},
+        },
+    }
+    async with asyncio.timeout(TIMEOUT_S):
+        answer = await mend.client.post("/mcp", json=initialize, headers=headers)
+        assert sse_json(await answer.text())["result"]["protocolVersion"] == revision
+        session = {
+            "Mcp-Session-Id": answer.headers["Mcp-Session-Id"],
+            "MCP-Protocol-Version": revision,
+        }
+        done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert (
+            await mend.client.post("/mcp", json=done, headers={**headers, **session})
+        ).status == 202
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "get_item", "arguments": {"item_id": 9}},
+        }
+        answer = await mend.client.post("/mcp", json=call, headers={**headers, **session})
+        result = sse_json(await answer.text())["result"]
+    assert result["isError"] is True
+    assert result["_meta"]["mend/error"]["code"] == "RESOURCE_NOT_FOUND"
+    assert result["content"][0]["text"].startswith("Error RESOURCE_NOT_FOUND")

@@ -40,6 +40,17 @@ class HttpCall:
 
 def http_call(tool: ToolSpec, arguments: Any, spec: Spec, mount: Mount) -> HttpCall:
     """The request ``arguments`` make for ``tool``'s operation."""
+    try:
+        return _http_call(tool, arguments, spec, mount)
+    except orjson.JSONEncodeError:  # nesting orjson refuses (over 254 levels)
+        reason = "the arguments nest too deep to be sent as JSON"
+        refused = Violation("", "argument", reason, None, None, None)
+        return HttpCall(
+            tool.operation.method, spec.agent_path(tool.operation.path, mount), [], None, [refused]
+        )
+
+
+def _http_call(tool: ToolSpec, arguments: Any, spec: Spec, mount: Mount) -> HttpCall:
     operation = tool.operation
     violations: list[Violation] = []
     if arguments is None:
@@ -113,7 +124,9 @@ def _body(tool: ToolSpec, properties: dict[str, Any], whole: Any) -> bytes | Non
 
 def _query(name: str, value: Any, tool: ToolSpec) -> list[tuple[str, str]]:
     if isinstance(value, list):
-        param = next(p for p in tool.operation.parameters if p.name == name)
+        param = next(
+            p for p in tool.operation.parameters if p.name == name and p.location == "query"
+        )
         items = [_text(v) for v in value]
         return [(name, v) for v in items] if param.explode else [(name, ",".join(items))]
     return [(name, _text(value))]
@@ -127,6 +140,6 @@ def _text(value: Any) -> str:
         return value
     if isinstance(value, int | float):
         return str(value)
-    if isinstance(value, list):
+    if isinstance(value, list) and all(not isinstance(v, list | dict) for v in value):
         return ",".join(_text(v) for v in value)
     return orjson.dumps(value).decode()

@@ -151,20 +151,22 @@ class ToolServers:
 
     # --- what the handlers read ------------------------------------------------------------
 
-    def toolbox(self, route: str) -> tuple[Toolbox, Spec, Route] | None:
+    async def toolbox(self, route: str) -> tuple[Toolbox, Spec, Route] | None:
+        """The route's tools in the configuration in force, its document and its settings;
+        a document's tools are made once, in a thread (a large one takes a while)."""
         loaded = self._loaded()
         spec = loaded.engine.specs.get(route)
         found = next((r for r in loaded.settings.routes if r.name == route), None)
         if spec is None or found is None:
             return None
-        return self._toolbox(spec), spec, found
+        cached = self._boxes.get(id(spec))
+        if cached is not None and cached[0] is spec:
+            return cached[1], spec, found
+        return await asyncio.to_thread(self._toolbox, spec), spec, found
 
     def _toolbox(self, spec: Spec) -> Toolbox:
         from proxy.mcptools.tools import Toolbox  # noqa: PLC0415
 
-        cached = self._boxes.get(id(spec))
-        if cached is not None and cached[0] is spec:
-            return cached[1]
         box = Toolbox.of(spec)
         self._boxes[id(spec)] = (spec, box)
         while len(self._boxes) > MAX_DOCUMENTS:
@@ -179,7 +181,7 @@ class ToolServers:
         from proxy.mcptools.arguments import http_call  # noqa: PLC0415
         from proxy.mcptools.results import ToolContext  # noqa: PLC0415
 
-        found = self.toolbox(route)
+        found = await self.toolbox(route)
         headers = CIMultiDict[str]()
         for header in PASSED_HEADERS:
             for value in request.headers.getall(header, ()):
@@ -275,7 +277,7 @@ class _RouteServer:
         """``notifications/tools/list_changed`` to every listener, if the tools changed."""
         from mcp.server.subscriptions import ToolsListChanged  # noqa: PLC0415
 
-        found = self.owner.toolbox(self.route)
+        found = await self.owner.toolbox(self.route)
         listing = tuple(t.definition for t in found[0].tools) if found else ()
         if self.listed is not None and listing == self.listed:
             return
@@ -290,7 +292,7 @@ class _RouteServer:
         from mcp_types import INVALID_PARAMS, ListToolsResult  # noqa: PLC0415
 
         self._remember(ctx)
-        found = self.owner.toolbox(self.route)
+        found = await self.owner.toolbox(self.route)
         tools = [t.definition for t in found[0].tools] if found else []
         if self.listed is None:
             self.listed = tuple(tools)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -624,3 +625,22 @@ async def test_handshake_revision_on_the_wire(
     assert result["isError"] is True
     assert result["_meta"]["mend/error"]["code"] == "RESOURCE_NOT_FOUND"
     assert result["content"][0]["text"].startswith("Error RESOURCE_NOT_FOUND")
+
+
+async def test_first_requests_at_once_share_one_server(
+    start_mend: StartMend, inventory: Inventory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Agents arriving together on a fresh route all get the tools from one started server."""
+    caplog.set_level(logging.INFO, logger="mcp.server.streamable_http_manager")
+    mend = await mend_for(start_mend, inventory)
+
+    async def names(mode: str) -> set[str]:
+        async with agent(mend, mode) as client:
+            return {t.name for t in (await client.list_tools()).tools}
+
+    found = await asyncio.gather(*(names(mode) for mode in MODES * 3))
+    assert all(f == found[0] and "get_item" in f for f in found)
+    started = [
+        r for r in caplog.records if r.getMessage() == "StreamableHTTP session manager started"
+    ]
+    assert len(started) == 1

@@ -93,6 +93,7 @@ class ToolServers:
         self._servers: dict[str, _RouteServer] = {}
         self._paths: tuple[Any, dict[str, str]] = (None, {})
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
         #: each loaded document's tools, made once per document (a reload loads a new one)
         self._boxes: OrderedDict[int, tuple[Spec, Toolbox]] = OrderedDict()
 
@@ -107,11 +108,16 @@ class ToolServers:
         return self._paths[1].get(path)
 
     async def serve(self, request: web.BaseRequest, route: str) -> web.StreamResponse:
+        if self._closed:  # mend is stopping: its MCP servers are gone
+            return web.Response(
+                status=503, text="mend is shutting down", headers={"Server": "mend"}
+            )
         server = self._servers.get(route)
-        if server is None:
+        if server is None:  # the first request: later ones wait for the same start
             self._loop = asyncio.get_running_loop()
             server = self._servers[route] = _RouteServer(self, route)
-            await server.start()
+            server.begin()
+        await server.ready()
         settings = self._loaded().settings
         started = time.perf_counter()
         response = await asgi.serve(
@@ -145,6 +151,7 @@ class ToolServers:
             task.add_done_callback(server.tasks.discard)
 
     async def close(self) -> None:
+        self._closed = True
         for server in list(self._servers.values()):
             await server.stop()
         self._servers.clear()
@@ -249,21 +256,29 @@ class _RouteServer:
         self.listed: tuple[Any, ...] | None = None
         self.tasks: set[asyncio.Future[None]] = set()
         self._stop = asyncio.Event()
+        self._started = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        started = asyncio.Event()
+    def begin(self) -> None:
+        """Run the session manager as a task until ``stop``."""
 
         async def run() -> None:
             async with self.manager.run():
-                started.set()
+                self._started.set()
                 await self._stop.wait()
 
         self._runner = asyncio.ensure_future(run())
-        waiter = asyncio.ensure_future(started.wait())
+
+    async def ready(self) -> None:
+        """Wait (at most 10 s) for the manager ``begin`` started; ``RuntimeError`` if it
+        failed."""
+        if self._started.is_set():
+            return
+        assert self._runner is not None
+        waiter = asyncio.ensure_future(self._started.wait())
         await asyncio.wait({waiter, self._runner}, timeout=10, return_when="FIRST_COMPLETED")
         waiter.cancel()
-        if not started.is_set():
+        if not self._started.is_set():
             raise RuntimeError(f"the MCP server of route {self.route} did not start")
 
     async def stop(self) -> None:

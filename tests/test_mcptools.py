@@ -9,6 +9,7 @@ process on loopback; the agents are the official MCP SDK's ``Client`` in its def
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
 import subprocess
@@ -21,11 +22,12 @@ from typing import Any
 
 import pytest
 import uvicorn
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 from mcp.client import Client
 from mcp_types import CallToolResult, ToolListChangedNotification
 
-from tests.conftest import Mend, StartMend
+from tests.conftest import Mend, StartMend, StartUpstream
 from tests.mcptools_app import DSN, build
 from tests.test_app import free_port
 
@@ -644,3 +646,37 @@ async def test_first_requests_at_once_share_one_server(
         r for r in caplog.records if r.getMessage() == "StreamableHTTP session manager started"
     ]
     assert len(started) == 1
+
+
+async def test_compressed_answer_is_decoded(
+    start_mend: StartMend, start_upstream: StartUpstream, tmp_path: Path
+) -> None:
+    """An API that gzips whatever the Accept-Encoding still gives structuredContent."""
+
+    async def gzipped(request: web.Request) -> web.Response:
+        body = gzip.compress(json.dumps({"status": "green"}).encode())
+        headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+        return web.Response(body=body, headers=headers)
+
+    upstream = await start_upstream({"GET /health": gzipped})
+    ok = {
+        "200": {
+            "description": "ok",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        }
+    }
+    document = tmp_path / "health.json"
+    document.write_text(
+        json.dumps(
+            {
+                "openapi": "3.1.0",
+                "info": {"title": "h", "version": "1"},
+                "paths": {"/health": {"get": {"operationId": "health", "responses": ok}}},
+            }
+        )
+    )
+    mend = await start_mend(upstream, route={"openapi": document, "mcp_tools": "/mcp"})
+    async with agent(mend, "auto") as client:
+        result = await client.call_tool("health", {})
+    assert result.is_error is False
+    assert result.structured_content == {"status": "green"}

@@ -18,7 +18,8 @@ from typing import Any
 
 from mcp_types import CallToolResult, TextContent
 
-from proxy import nesting
+from proxy.body import Body
+from proxy.body import parse as parse_body
 from proxy.envelope import Envelope, InvalidField
 from proxy.exchange import NOT_JSON
 from proxy.mcptools.internal import Answer
@@ -26,6 +27,9 @@ from proxy.mcptools.tools import RESULT, Toolbox, ToolSpec
 from proxy.openapi.spec import Mount, Spec
 from proxy.protocols.mcp import META_KEY
 from proxy.render import Rendering, render
+
+#: Bytes a compressed answer may grow to when decoded (the rest is cut, and said to be).
+MAX_DECODED = 8 << 20
 
 
 def tool_result(
@@ -42,8 +46,11 @@ def tool_result(
         if tool is not None:
             envelope = in_tool_terms(pointed(tool, envelope), tool, context, line)
         return failure(envelope, name, has_output=bool(tool and tool.definition.output_schema))
-    text = answer.body.decode("utf-8", "replace")
-    document = nesting.loads(answer.body) if answer.body and not answer.over else NOT_JSON
+    body = _read(answer)
+    text = body.text
+    if body.truncated:
+        text += f"\n[the answer is longer than the {len(answer.body)} bytes kept; cut here]"
+    document = body.json
     content = [TextContent(type="text", text=text)]
     if document is NOT_JSON:
         return CallToolResult(content=content, is_error=answer.status >= 400)
@@ -52,7 +59,23 @@ def tool_result(
     return CallToolResult(content=content, structured_content=structured, is_error=False)
 
 
+def _read(answer: Answer) -> Body:
+    """The answer's body decoded as the proxy reads an error body (``proxy/body.py``): its
+    content encoding undone (capped), its charset honoured, JSON parsed when it is whole."""
+    content_type = answer.headers.get("Content-Type", "")
+    charset = content_type.partition("charset=")[2].split(";", 1)[0].strip(' "') or None
+    return parse_body(
+        answer.body,
+        encoding=answer.headers.get("Content-Encoding", ""),
+        charset=charset,
+        limit=MAX_DECODED,
+        cut=answer.over,
+    )
+
+
 def failure(envelope: Envelope, name: str, *, has_output: bool) -> CallToolResult:
+    """A failed call: the plan as text, the envelope in ``_meta`` (and ``structuredContent``
+    where the tool's output schema allows it)."""
     data = envelope.as_dict()
     status = envelope.upstream_status or 200
     text = render(envelope, Rendering.TEXT, status, tool=name)[0].decode("utf-8")

@@ -607,7 +607,9 @@ async def test_handshake_revision_on_the_wire(
     }
     async with asyncio.timeout(TIMEOUT_S):
         answer = await mend.client.post("/mcp", json=initialize, headers=headers)
-        assert sse_json(await answer.text())["result"]["protocolVersion"] == revision
+        initialized = sse_json(await answer.text())["result"]
+        assert initialized["protocolVersion"] == revision
+        assert "Error <CODE>" in initialized["instructions"]
         session = {
             "Mcp-Session-Id": answer.headers["Mcp-Session-Id"],
             "MCP-Protocol-Version": revision,

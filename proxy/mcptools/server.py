@@ -27,6 +27,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from structlog.typing import FilteringBoundLogger
 
+from proxy import __version__
 from proxy.engine import Loaded
 from proxy.failures import ProxyFailure
 from proxy.mcptools import asgi, internal
@@ -39,6 +40,12 @@ if TYPE_CHECKING:  # the MCP types load with a route's first MCP request, not wi
     from proxy.mcptools.results import ToolContext
     from proxy.mcptools.tools import Toolbox, ToolSpec
 
+#: What the server tells the model about its tools' failures (``initialize``, ``server/discover``).
+INSTRUCTIONS = (
+    "Each tool calls one operation of an HTTP API. A tool that fails returns isError: true with "
+    "a recovery plan as text (first line: Error <CODE>) and the details in "
+    '_meta["mend/error"]: follow its action, and fix the arguments its invalid_fields name.'
+)
 #: Tools in one ``tools/list`` page; ``nextCursor`` is the next page's first index.
 PAGE_SIZE = 100
 #: Bytes of an MCP request body mend reads; of a tool's HTTP answer it keeps.
@@ -237,7 +244,8 @@ class _RouteServer:
         self.listen = ListenHandler(self.bus, max_subscriptions=MAX_SESSIONS)
         self.server: Any = Server(
             f"mend:{route}",
-            version="1",
+            version=__version__,
+            instructions=INSTRUCTIONS,
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             on_subscriptions_listen=self.listen,

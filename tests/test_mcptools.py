@@ -682,3 +682,34 @@ async def test_compressed_answer_is_decoded(
         result = await client.call_tool("health", {})
     assert result.is_error is False
     assert result.structured_content == {"status": "green"}
+
+
+def one_operation(path: str, operation_id: str) -> dict[str, Any]:
+    """An OpenAPI 3.1 document of one GET operation."""
+    ok = {"200": {"description": "ok"}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": operation_id, "version": "1"},
+        "paths": {path: {"get": {"operationId": operation_id, "responses": ok}}},
+    }
+
+
+async def test_endless_answer_is_cut_at_the_cap(
+    start_mend: StartMend, start_upstream: StartUpstream, tmp_path: Path
+) -> None:
+    """A 2xx that never ends is cut at the tool's cap, said so, and the call returns."""
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+        while True:
+            await response.write(b"x" * 65536)
+
+    upstream = await start_upstream({"GET /feed": endless})
+    document = tmp_path / "feed.json"
+    document.write_text(json.dumps(one_operation("/feed", "feed")))
+    mend = await start_mend(upstream, route={"openapi": document, "mcp_tools": "/mcp"})
+    async with agent(mend, "auto") as client:
+        result = await client.call_tool("feed", {})
+    assert result.is_error is False
+    assert text(result).endswith("bytes kept; cut here]")

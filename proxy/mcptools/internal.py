@@ -66,7 +66,8 @@ class _Detached:
 
 
 class _Capture(AbstractStreamWriter):
-    """The response the proxy writes, kept in memory up to ``limit`` bytes of body."""
+    """The response the proxy writes, kept in memory up to ``limit`` bytes of body; past
+    them the writer fails as a closed connection does."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -79,8 +80,10 @@ class _Capture(AbstractStreamWriter):
         if len(self.body) + len(chunk) > self.limit:
             self.over = True
             self.body.extend(bytes(chunk)[: self.limit - len(self.body)])
-        else:
-            self.body.extend(chunk)
+            # as an agent that hung up: the proxy stops reading the upstream (a stream that
+            # never ends would otherwise hold the call until the route's idle_timeout)
+            raise ConnectionResetError("the tool's answer is over its cap")
+        self.body.extend(chunk)
 
     async def write_eof(self, chunk: bytes = b"") -> None:
         if chunk:

@@ -713,3 +713,53 @@ async def test_endless_answer_is_cut_at_the_cap(
         result = await client.call_tool("feed", {})
     assert result.is_error is False
     assert text(result).endswith("bytes kept; cut here]")
+
+
+def toolbox_of(tmp_path: Path, document: dict[str, Any]) -> Any:
+    from proxy.mcptools.tools import Toolbox  # noqa: PLC0415
+    from proxy.openapi.spec import Spec  # noqa: PLC0415
+
+    path = tmp_path / "document.json"
+    path.write_text(json.dumps(document))
+    return Toolbox.of(Spec.load(path))
+
+
+def test_operation_without_id_is_named_by_method_and_path(tmp_path: Path) -> None:
+    """Without an operationId the tool is named from the method and the path."""
+    document = one_operation("/items/{item_id}/notes", "x")
+    operation = document["paths"]["/items/{item_id}/notes"]["get"]
+    del operation["operationId"]
+    operation["parameters"] = [
+        {"name": "item_id", "in": "path", "required": True, "schema": {"type": "string"}}
+    ]
+    assert [t.name for t in toolbox_of(tmp_path, document).tools] == ["get_items_item_id_notes"]
+
+
+def test_openapi_30_schemas_become_json_schema(tmp_path: Path) -> None:
+    """A 3.0 document's nullable becomes a type list, refs are inlined, a cycle stops."""
+    node = {
+        "type": "object",
+        "properties": {
+            "label": {"type": "string", "nullable": True},
+            "child": {"$ref": "#/components/schemas/Node"},
+        },
+    }
+    body = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Node"}}}}
+    document = {
+        "openapi": "3.0.3",
+        "info": {"title": "tree", "version": "1"},
+        "paths": {
+            "/nodes": {
+                "post": {
+                    "operationId": "add",
+                    "requestBody": body,
+                    "responses": {"200": {"description": "ok"}},
+                }
+            }
+        },
+        "components": {"schemas": {"Node": node}},
+    }
+    schema = toolbox_of(tmp_path, document).tools[0].definition.input_schema
+    assert schema["properties"]["label"] == {"type": ["string", "null"]}
+    assert schema["properties"]["child"] == {}  # Node again: the cycle stops, any value
+    assert "$ref" not in json.dumps(schema)

@@ -763,3 +763,15 @@ def test_openapi_30_schemas_become_json_schema(tmp_path: Path) -> None:
     assert schema["properties"]["label"] == {"type": ["string", "null"]}
     assert schema["properties"]["child"] == {}  # Node again: the cycle stops, any value
     assert "$ref" not in json.dumps(schema)
+
+
+async def test_each_mcp_session_is_its_own_cross_call_session(
+    start_mend: StartMend, inventory: Inventory
+) -> None:
+    """Two handshake sessions from one address do not count each other's failures."""
+    mend = await mend_for(start_mend, inventory)
+    seen = []
+    for _ in range(2):
+        async with agent(mend, "legacy") as client:
+            seen.append(envelope(await client.call_tool("get_item", {"item_id": 9})))
+    assert [e.get("repeat") for e in seen] == [None, None]

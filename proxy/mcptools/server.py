@@ -57,8 +57,8 @@ MAX_SESSIONS = 1024
 #: Documents whose tools are kept (the routes' in force, and a few a reload replaced).
 MAX_DOCUMENTS = 64
 #: Headers of the MCP request passed on to the tool's HTTP request: the agent's credentials and
-#: trace, and its session header (CONTRACT §7). ``Mcp-Session-Id`` stays behind: it would make
-#: the REST request look like MCP to the proxy.
+#: trace, and its session header (CONTRACT §7). ``Mcp-Session-Id`` would make the REST request
+#: look like MCP to the proxy: it goes as ``X-Agent-Session`` when the agent sent none.
 PASSED_HEADERS = (
     "Authorization",
     "Cookie",
@@ -200,6 +200,9 @@ class ToolServers:
         for header in PASSED_HEADERS:
             for value in request.headers.getall(header, ()):
                 headers.add(header, value)
+        mcp_session = request.headers.get("Mcp-Session-Id")
+        if mcp_session and "X-Agent-Session" not in headers:  # the MCP session is the session
+            headers["X-Agent-Session"] = mcp_session[:200]
         headers["Accept"] = "application/json"
         headers["Accept-Encoding"] = "identity"
         tool = found[0].by_name.get(name) if found is not None else None

@@ -344,10 +344,14 @@ class _RouteServer:
         return tool_result(tool, answer, params.name, context, line)
 
     def _remember(self, ctx: Any) -> None:
+        """Keep a handshake session that listed the tools, to tell it when they change (the
+        SDK's session has no public handle on its connection: keyed by the private one)."""
+        from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS  # noqa: PLC0415
+
         session = getattr(ctx, "session", None)
-        key = id(getattr(session, "_connection", session))
-        if session is None or str(getattr(ctx, "protocol_version", "")) >= "2026":
+        if session is None or ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
             return
+        key = id(getattr(session, "_connection", session))
         self.sessions[key] = session
         self.sessions.move_to_end(key)
         while len(self.sessions) > MAX_SESSIONS:

@@ -610,6 +610,7 @@ async def test_handshake_revision_on_the_wire(
         initialized = sse_json(await answer.text())["result"]
         assert initialized["protocolVersion"] == revision
         assert "Error <CODE>" in initialized["instructions"]
+        assert initialized["capabilities"]["tools"] == {"listChanged": True}
         session = {
             "Mcp-Session-Id": answer.headers["Mcp-Session-Id"],
             "MCP-Protocol-Version": revision,

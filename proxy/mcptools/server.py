@@ -237,15 +237,12 @@ class _RouteServer:
     """One route's SDK server and session manager, run as a task until mend stops."""
 
     def __init__(self, owner: ToolServers, route: str) -> None:
-        # imported here: a mend without mcp_tools never loads the SDK's server
-        from mcp.server.lowlevel.server import Server  # noqa: PLC0415
-        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager  # noqa: PLC0415
-        from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler  # noqa: PLC0415
+        from proxy.mcptools import sdk  # noqa: PLC0415 (a mend without mcp_tools never loads it)
 
         self.owner, self.route = owner, route
-        self.bus = InMemorySubscriptionBus()
-        self.listen = ListenHandler(self.bus, max_subscriptions=MAX_SESSIONS)
-        self.server: Any = Server(
+        self.bus = sdk.InMemorySubscriptionBus()
+        self.listen = sdk.ListenHandler(self.bus, max_subscriptions=MAX_SESSIONS)
+        self.server = sdk.ToolServer(
             f"mend:{route}",
             version=__version__,
             instructions=INSTRUCTIONS,
@@ -256,7 +253,7 @@ class _RouteServer:
         # with --workers a session's next request may reach another process, which would not
         # know it: the handshake revisions are served stateless there (no session, no
         # standalone stream, so no list_changed for them; 2026-07-28 is stateless anyway)
-        self.manager = StreamableHTTPSessionManager(
+        self.manager = sdk.StreamableHTTPSessionManager(
             app=self.server,
             max_sessions=MAX_SESSIONS,
             max_request_body_size=MAX_MCP_BODY,
@@ -301,7 +298,7 @@ class _RouteServer:
 
     async def announce(self) -> None:
         """``notifications/tools/list_changed`` to every listener, if the tools changed."""
-        from mcp.server.subscriptions import ToolsListChanged  # noqa: PLC0415
+        from proxy.mcptools.sdk import ToolsListChanged  # noqa: PLC0415
 
         found = await self.owner.toolbox(self.route)
         listing = tuple(t.definition for t in found[0].tools) if found else ()

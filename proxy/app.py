@@ -904,12 +904,14 @@ def _log_line(exchange: Exchange, status: int, outcome: str, elapsed: float) -> 
 
 
 class MendServer(AgentServer):
-    """The agent port: the error catalog's pages, and every other request proxied.
+    """The agent port: the error catalog's pages, the MCP servers of ``mcp_tools:`` routes, and
+    every other request proxied.
 
     aiohttp's low-level server rather than an ``Application``: an application's router,
     middleware chain and response signals cost about 8 % of the instructions of a proxied
-    request (callgrind, ``/ok``), and the catalog is the only thing on this port that is not the
-    proxy. Non-GET requests and other paths under ``/_mend/`` are the upstream's, as before.
+    request (callgrind, ``/ok``), and the catalog and the MCP tools are the only things on this
+    port that are not the proxy. Non-GET requests and other paths under ``/_mend/`` are the
+    upstream's, as before.
     """
 
     def __init__(
@@ -955,7 +957,8 @@ class MendServer(AgentServer):
         super().pre_shutdown()
 
     async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (aiohttp API)
-        """Drain the agents' connections, then close the upstream pools they were using."""
+        """End the MCP servers' sessions, drain the agents' connections, then close the
+        upstream pools they were using."""
         await self.tools.close()  # first: its sessions' event streams would hold the drain
         await super().shutdown(timeout)
         await self.proxy.close()

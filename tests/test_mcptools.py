@@ -776,3 +776,31 @@ async def test_each_mcp_session_is_its_own_cross_call_session(
         async with agent(mend, "legacy") as client:
             seen.append(envelope(await client.call_tool("get_item", {"item_id": 9})))
     assert [e.get("repeat") for e in seen] == [None, None]
+
+
+@pytest.mark.parametrize("value", ["..", ".", ""])
+def test_path_argument_cannot_move_the_path(tmp_path: Path, value: str) -> None:
+    """A path argument that is no segment, or a dot segment, is refused, never sent."""
+    from proxy.mcptools.arguments import http_call  # noqa: PLC0415
+    from proxy.openapi.spec import Mount  # noqa: PLC0415
+    from proxy.settings import Route  # noqa: PLC0415
+
+    spec, tool = colliding_tool(tmp_path)
+    call = http_call(
+        tool, {"id": value, "name": "a"}, spec, Mount.of(Route(name="r", upstream="http://u"))
+    )
+    assert [(v.pointer, v.location) for v in call.violations] == [("/id", "path")]
+    assert call.target == "/things/-"
+
+
+async def test_unknown_cursor_is_invalid_params(
+    start_mend: StartMend, inventory: Inventory
+) -> None:
+    """A cursor mend never gave (a huge number, a word) is refused as invalid params."""
+    from mcp.shared.exceptions import MCPError  # noqa: PLC0415
+
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, "legacy") as client:
+        for cursor in ("9" * 5000, "next"):
+            with pytest.raises(MCPError, match="unknown cursor"):
+                await client.list_tools(cursor=cursor)

@@ -80,6 +80,10 @@ def _http_call(tool: ToolSpec, arguments: Any, spec: Spec, mount: Mount) -> Http
                 reason = "is a required path parameter"
                 violations.append(Violation(f"/{argument.key}", "path", reason, None, None, None))
                 path_values[argument.key] = PLACEHOLDER
+            elif _text(value) in ("", ".", ".."):  # no segment, or one that moves the path
+                reason = "must be a path segment: not empty, not . or .."
+                violations.append(Violation(f"/{argument.key}", "path", reason, value, None, None))
+                path_values[argument.key] = PLACEHOLDER
             else:
                 path_values[argument.key] = quote(_text(value), safe="")
         elif value is None:

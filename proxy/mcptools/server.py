@@ -322,7 +322,7 @@ class _RouteServer:
         cursor = getattr(params, "cursor", None) if params is not None else None
         start = 0
         if cursor is not None:
-            if not cursor.isdigit() or int(cursor) > len(tools):
+            if not (cursor.isdigit() and len(cursor) < 10) or int(cursor) > len(tools):
                 raise MCPError(code=INVALID_PARAMS, message="unknown cursor: call tools/list again")
             start = int(cursor)
         end = start + PAGE_SIZE

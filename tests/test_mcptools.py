@@ -12,6 +12,7 @@ import asyncio
 import gzip
 import json
 import logging
+import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -804,3 +805,49 @@ async def test_unknown_cursor_is_invalid_params(
         for cursor in ("9" * 5000, "next"):
             with pytest.raises(MCPError, match="unknown cursor"):
                 await client.list_tools(cursor=cursor)
+
+
+NODE_CLIENT = Path(__file__).resolve().parent / "mcptools_node"
+
+
+def node_client_ready() -> str | None:
+    """Why the TypeScript SDK's client cannot run, or ``None`` (pinned packages installed once)."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        return "node/npm are not installed (scripts/install-system-deps installs them)"
+    if not (NODE_CLIENT / "node_modules" / ".package-lock.json").exists():
+        command = ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"]
+        done = subprocess.run(
+            command, cwd=NODE_CLIENT, capture_output=True, text=True, timeout=300, check=False
+        )
+        if done.returncode != 0:
+            return f"npm ci failed: {done.stderr[-500:]}"
+    return None
+
+
+@pytest.mark.slow
+async def test_typescript_sdk_client_gets_the_same_tools(
+    start_mend: StartMend, inventory: Inventory
+) -> None:
+    """The official TypeScript SDK's client lists the tools and reads a success and a failure."""
+    if (why := await asyncio.to_thread(node_client_ready)) is not None:
+        pytest.skip(why)
+    mend = await mend_for(start_mend, inventory)
+    invalid = {"name": "Bad Name", "priority": "urgent", "qty": 2}
+    node = await asyncio.create_subprocess_exec(
+        "node",
+        str(NODE_CLIENT / "client.mjs"),
+        str(mend.client.make_url("/mcp")),
+        *("get_item", json.dumps({"item_id": 1}), "create_item", json.dumps(invalid)),
+        cwd=NODE_CLIENT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(60):
+        out, err = await node.communicate()
+    assert node.returncode == 0, err.decode()[-2000:]
+    listed, success, failed = (json.loads(line) for line in out.decode().splitlines())
+    assert "create_item" in listed["tools"]
+    assert success["structuredContent"] == {"id": 1, "name": "bolts", "priority": "low", "qty": 5}
+    assert failed["isError"] is True
+    fields = {f["field"] for f in failed["_meta"]["mend/error"]["invalid_fields"]}
+    assert fields == {"/name", "/priority"}

@@ -108,6 +108,18 @@ async def test_tools_listed_with_their_schemas(
     assert tools["get_item"].output_schema["properties"]["id"]["type"] == "integer"
 
 
+@pytest.mark.parametrize(("mode", "revision"), [("auto", "2026-07-28"), ("legacy", "2025-11-25")])
+async def test_sdk_modes_negotiate_their_revision(
+    start_mend: StartMend, inventory: Inventory, mode: str, revision: str
+) -> None:
+    """The SDK's default mode gets 2026-07-28 (server/discover), its legacy mode the handshake."""
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, mode) as client:
+        assert client.protocol_version == revision
+        assert client.server_info is not None
+        assert client.server_info.name == "mend:default"
+
+
 async def test_annotations_follow_the_method(start_mend: StartMend, inventory: Inventory) -> None:
     """GET is read-only, DELETE idempotent and destructive, POST neither."""
     mend = await mend_for(start_mend, inventory)

@@ -178,6 +178,12 @@ class ToolServers:
             return cached[1], spec, found
         return await asyncio.to_thread(self._toolbox, spec), spec, found
 
+    def made(self, route: str) -> Toolbox | None:
+        """The route's tools if they are made already (never makes them: no wait)."""
+        spec = self._loaded().engine.specs.get(route)
+        cached = self._boxes.get(id(spec)) if spec is not None else None
+        return cached[1] if cached is not None and cached[0] is spec else None
+
     def _toolbox(self, spec: Spec) -> Toolbox:
         from proxy.mcptools.tools import Toolbox  # noqa: PLC0415
 
@@ -249,6 +255,9 @@ class _RouteServer:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             on_subscriptions_listen=self.listen,
+            # 2026-07-28 checks a call's Mcp-Param-* headers against the tool's inputSchema:
+            # from the tools made already, not by running tools/list for every call
+            get_tool_input_schema=self._input_schema,
         )
         # with --workers a session's next request may reach another process, which would not
         # know it: the handshake revisions are served stateless there (no session, no
@@ -339,6 +348,11 @@ class _RouteServer:
             self.route, params.name, params.arguments, request
         )
         return tool_result(tool, answer, params.name, context, line)
+
+    def _input_schema(self, name: str) -> dict[str, Any] | None:
+        found = self.owner.made(self.route)
+        tool = found.by_name.get(name) if found is not None else None
+        return tool.definition.input_schema if tool is not None else None
 
     def _remember(self, ctx: Any) -> None:
         """Keep a handshake session that listed the tools, to tell it when they change (the

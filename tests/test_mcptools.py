@@ -863,3 +863,25 @@ async def test_typescript_sdk_client_gets_the_same_tools(
     assert failed["isError"] is True
     fields = {f["field"] for f in failed["_meta"]["mend/error"]["invalid_fields"]}
     assert fields == {"/name", "/priority"}
+
+
+async def test_calls_do_not_list_the_tools_again(
+    start_mend: StartMend, inventory: Inventory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """2026-07-28 calls check their arguments' headers against tools made once, not re-listed."""
+    from proxy.mcptools import server  # noqa: PLC0415
+
+    listed: list[int] = []
+    original = server._RouteServer._list_tools
+
+    async def counted(self: Any, ctx: Any, params: Any) -> Any:
+        listed.append(1)
+        return await original(self, ctx, params)
+
+    monkeypatch.setattr(server._RouteServer, "_list_tools", counted)
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, "auto") as client:
+        await client.list_tools()
+        for _ in range(3):
+            assert not (await client.call_tool("get_item", {"item_id": 1})).is_error
+    assert len(listed) == 1

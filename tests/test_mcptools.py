@@ -885,3 +885,38 @@ async def test_calls_do_not_list_the_tools_again(
         for _ in range(3):
             assert not (await client.call_tool("get_item", {"item_id": 1})).is_error
     assert len(listed) == 1
+
+
+async def test_oversized_mcp_request_is_413(start_mend: StartMend, inventory: Inventory) -> None:
+    """An MCP request body over 1 MiB is refused with 413, read no further."""
+    mend = await mend_for(start_mend, inventory)
+    big = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"pad": "x" * (2 << 20)}}
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    async with asyncio.timeout(TIMEOUT_S):
+        answer = await mend.client.post("/mcp", json=big, headers=headers)
+    assert answer.status == 413
+
+
+async def test_oversized_chunked_mcp_request_is_413(
+    start_mend: StartMend, inventory: Inventory
+) -> None:
+    """An MCP request body over 1 MiB sent without a length is refused with 413 too."""
+    mend = await mend_for(start_mend, inventory)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"pad": "'
+        for _ in range(32):
+            yield b"x" * 65536
+        yield b'"}}'
+
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    async with asyncio.timeout(TIMEOUT_S):
+        answer = await mend.client.post("/mcp", data=chunks(), headers=headers)
+    assert answer.status == 413

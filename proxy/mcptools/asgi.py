@@ -3,8 +3,9 @@ and its answer streamed back.
 
 HTTP only (no WebSocket, no lifespan: the caller runs the application's own). The request body
 is read with the proxy's limits (``limit`` bytes, ``idle`` seconds between two chunks); past it
-the application sees a disconnect. The application learns that the agent left (``http.disconnect``)
-when the handler ends or is cancelled, which is what ends an event stream it holds open.
+the application sees a disconnect (and the agent a 413, unless the application answered
+first). The application learns that the agent left (``http.disconnect``) when the handler ends
+or is cancelled, which is what ends an event stream it holds open.
 Libraries exist (``aiohttp-asgi``), but mount an application on an ``aiohttp.web.Application``'s
 router, which mend's agent port does not have (``proxy/app.py``, ``MendServer``).
 """
@@ -52,6 +53,8 @@ async def serve(
         await app(scope, bridge.receive, bridge.send)
     finally:
         bridge.done.set()
+    if bridge.response is None and bridge.over:  # cut off before the application could say so
+        return web.Response(status=413, text="the MCP request body is too large")
     if bridge.response is None:  # the application sent nothing: its bug, said plainly
         return web.Response(status=500, text="the MCP server did not answer")
     if not bridge.ended:
@@ -65,6 +68,7 @@ class _Bridge:
         self.limit, self.idle = limit, idle
         self.read = 0
         self.body_done = False
+        self.over = False  # the body went past ``limit``: the application saw a disconnect
         self.done = asyncio.Event()
         self.response: web.StreamResponse | None = None
         self.ended = False
@@ -83,7 +87,7 @@ class _Bridge:
             return {"type": "http.disconnect"}
         self.read += len(chunk)
         if self.read > self.limit:
-            self.body_done = True
+            self.body_done = self.over = True
             return {"type": "http.disconnect"}
         if not chunk:
             self.body_done = True

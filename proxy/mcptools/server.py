@@ -130,7 +130,7 @@ class ToolServers:
         response = await asgi.serve(
             server.manager.handle_request,
             request,
-            limit=MAX_MCP_BODY,
+            limit=2 * MAX_MCP_BODY,  # a backstop: the SDK refuses past MAX_MCP_BODY with a 413
             idle=settings.client_body_timeout,
         )
         self.log.info(  # the MCP exchange itself; each tool call logs its own request line

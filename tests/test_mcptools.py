@@ -920,3 +920,23 @@ async def test_oversized_chunked_mcp_request_is_413(
     async with asyncio.timeout(TIMEOUT_S):
         answer = await mend.client.post("/mcp", data=chunks(), headers=headers)
     assert answer.status == 413
+
+
+async def test_stalled_mcp_request_is_408(start_mend: StartMend, inventory: Inventory) -> None:
+    """An MCP request whose body stops arriving is answered 408 after the body timeout."""
+    route = {"openapi": inventory.document, "mcp_tools": "/mcp"}
+    mend = await start_mend(inventory.url, route=route, client_body_timeout=0.5)
+    stalled = asyncio.Event()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"jsonrpc": "2.0", "id": 1, '
+        await stalled.wait()  # never set: the rest never comes
+
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    async with asyncio.timeout(TIMEOUT_S):
+        answer = await mend.client.post("/mcp", data=chunks(), headers=headers)
+    assert answer.status == 408

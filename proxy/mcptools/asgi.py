@@ -2,10 +2,10 @@
 and its answer streamed back.
 
 HTTP only (no WebSocket, no lifespan: the caller runs the application's own). The request body
-is read with the proxy's limits (``limit`` bytes, ``idle`` seconds between two chunks); past it
-the application sees a disconnect (and the agent a 413, unless the application answered
-first). The application learns that the agent left (``http.disconnect``) when the handler ends
-or is cancelled, which is what ends an event stream it holds open.
+is read with the proxy's limits (``limit`` bytes, ``idle`` seconds between two chunks): past
+them the application's read fails and the agent gets a 413 or a 408. The application learns
+that the agent left (``http.disconnect``) when the handler ends or is cancelled, which is what
+ends an event stream it holds open.
 Libraries exist (``aiohttp-asgi``), but mount an application on an ``aiohttp.web.Application``'s
 router, which mend's agent port does not have (``proxy/app.py``, ``MendServer``).
 """
@@ -51,15 +51,26 @@ async def serve(
     bridge = _Bridge(request, limit, idle)
     try:
         await app(scope, bridge.receive, bridge.send)
+    except _BodyFailed as failed:  # the application could not read what it was sent
+        if bridge.response is not None:
+            raise
+        return web.Response(status=failed.status, text=failed.text, headers={"Server": "mend"})
     finally:
         bridge.done.set()
-    if bridge.response is None and bridge.over:  # cut off before the application could say so
-        return web.Response(status=413, text="the MCP request body is too large")
     if bridge.response is None:  # the application sent nothing: its bug, said plainly
         return web.Response(status=500, text="the MCP server did not answer")
     if not bridge.ended:
         await bridge.response.write_eof()
     return bridge.response
+
+
+class _BodyFailed(Exception):
+    """The request body went past its limit or stopped arriving: the application's read
+    fails, and the agent hears ``status``."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status, self.text = status, text
 
 
 class _Bridge:
@@ -68,7 +79,6 @@ class _Bridge:
         self.limit, self.idle = limit, idle
         self.read = 0
         self.body_done = False
-        self.over = False  # the body went past ``limit``: the application saw a disconnect
         self.done = asyncio.Event()
         self.response: web.StreamResponse | None = None
         self.ended = False
@@ -84,11 +94,11 @@ class _Bridge:
                 chunk = await self.request.content.readany()
         except TimeoutError:
             self.body_done = True
-            return {"type": "http.disconnect"}
+            raise _BodyFailed(408, "the MCP request body stopped arriving") from None
         self.read += len(chunk)
         if self.read > self.limit:
-            self.body_done = self.over = True
-            return {"type": "http.disconnect"}
+            self.body_done = True
+            raise _BodyFailed(413, "the MCP request body is too large")
         if not chunk:
             self.body_done = True
         return {"type": "http.request", "body": chunk, "more_body": bool(chunk)}

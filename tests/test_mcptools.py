@@ -940,3 +940,24 @@ async def test_stalled_mcp_request_is_408(start_mend: StartMend, inventory: Inve
     async with asyncio.timeout(TIMEOUT_S):
         answer = await mend.client.post("/mcp", data=chunks(), headers=headers)
     assert answer.status == 408
+
+
+async def test_header_argument_reaches_the_api(
+    start_mend: StartMend, start_upstream: StartUpstream, tmp_path: Path
+) -> None:
+    """A header parameter's argument, non-ASCII included, is the API's request header."""
+
+    async def echo(request: web.Request) -> web.Response:
+        return web.json_response({"note": request.headers.get("X-Note")})
+
+    upstream = await start_upstream({"GET /echo": echo})
+    document = one_operation("/echo", "echo")
+    document["paths"]["/echo"]["get"]["parameters"] = [
+        {"name": "X-Note", "in": "header", "required": True, "schema": {"type": "string"}}
+    ]
+    path = tmp_path / "echo.json"
+    path.write_text(json.dumps(document))
+    mend = await start_mend(upstream, route={"openapi": path, "mcp_tools": "/mcp"})
+    async with agent(mend, "auto") as client:
+        result = await client.call_tool("echo", {"X-Note": "café"})
+    assert result.structured_content == {"note": "café"}

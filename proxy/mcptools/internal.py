@@ -127,7 +127,10 @@ async def run(
         payload.feed_eof()
     else:
         payload = EMPTY_PAYLOAD
-    raw_headers = tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items())
+    raw_headers = tuple(
+        (k.encode("utf-8", "surrogateescape"), v.encode("utf-8", "surrogateescape"))
+        for k, v in headers.items()
+    )
     message = RawRequestMessage(
         method,
         target,

@@ -959,5 +959,5 @@ async def test_header_argument_reaches_the_api(
     path.write_text(json.dumps(document))
     mend = await start_mend(upstream, route={"openapi": path, "mcp_tools": "/mcp"})
     async with agent(mend, "auto") as client:
-        result = await client.call_tool("echo", {"X-Note": "café"})
-    assert result.structured_content == {"note": "café"}
+        result = await client.call_tool("echo", {"X-Note": "café 日本"})
+    assert result.structured_content == {"note": "café 日本"}

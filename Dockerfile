@@ -34,7 +34,7 @@ COPY --from=build /dist/ /tmp/dist/
 # mend imports it only when they do
 RUN set -eu; \
     wheel="$(echo /tmp/dist/mend-*-py3-none-any.whl)"; \
-    pip install "${wheel}[speed,tracing]"; \
+    pip install "${wheel}[speed,tracing,mcp]"; \
     rm -rf /tmp/dist
 
 # demo/ (legacy API, agent) runs as `python -m demo.…` from the working directory; mend itself

@@ -34,7 +34,7 @@ import aiohttp
 
 from demo.legacy_api import CLIENT_ID, CLIENT_SECRET
 
-Mode = Literal["raw", "mend"]
+Mode = Literal["raw", "mend", "tools"]
 Outcome = Literal["completed", "escalated", "failed"]
 
 # ---------------------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 Starts the legacy orders API (in this process) and mend (a subprocess, on free ports, with a
 generated config), shows a few raw-vs-envelope pairs, runs the scripted agent against the raw API
-and through mend, prints both completion rates and a few of mend's metrics, and shuts everything
-down again, on Ctrl-C too.
+and through mend, prints both completion rates, runs it once more on the same API as MCP tools
+(mend's ``mcp_tools``), prints a few of mend's metrics, and shuts everything down again, on Ctrl-C
+too.
 
     python -m demo.run                  # the demo, about 15 seconds
     python -m demo.run --keep-running   # leave mend and the API up to explore
@@ -33,6 +34,7 @@ from aiohttp import web
 
 from demo.agent import Call, RunReport, default_tasks, format_report, run_agent
 from demo.legacy_api import create_legacy_app
+from demo.tool_agent import run_tool_agent
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_RULES = Path(__file__).resolve().parent / "rules.yaml"
@@ -40,6 +42,8 @@ DEMO_OPENAPI = Path(__file__).resolve().parent / "openapi.yaml"
 #: mend's per-route read timeout; the API's slow report takes longer so the timeout is visible.
 READ_TIMEOUT_S = 2.0
 SLOW_SECONDS = 3.0
+#: where mend serves the API's documented operations as MCP tools (the API has its own /mcp)
+TOOLS_PATH = "/tools/mcp"
 SHOWN_HEADERS = (
     "Content-Type",
     "Server",
@@ -122,6 +126,8 @@ def write_config(directory: Path, *, api_url: str, listen: str, admin_listen: st
                 "status": "upstream",
                 "connect_timeout": 5,
                 "read_timeout": READ_TIMEOUT_S,
+                # the API's documented operations as MCP tools (demo/tool_agent.py)
+                "mcp_tools": TOOLS_PATH,
             }
         ],
     }
@@ -392,10 +398,24 @@ async def _demo_body(
         printer.line(format_report(mended, label="through mend", color=printer.color))
         printer.line()
         printer.line(_rate_line(raw, mended))
-    printer.heading("4. Metrics")
+        await show_tools(printer, mend_url)
+    printer.heading("5. Metrics")
     printer.line(f"Prometheus metrics: {admin_url}/metrics   (a few mend_errors_total lines:)")
     for metric in await scrape_errors(admin_url):
         printer.line(f"  {metric}")
+
+
+async def show_tools(printer: Printer, mend_url: str) -> None:
+    printer.heading("4. The same API as MCP tools: mend's mcp_tools, an MCP agent")
+    printer.line(
+        printer.dim(
+            f"mend serves the API's OpenAPI operations as MCP tools at {TOOLS_PATH}; the agent "
+            "speaks MCP (the official SDK) and reads the envelope in each failed tool result."
+        )
+    )
+    report, tools = await run_tool_agent(mend_url + TOOLS_PATH)
+    printer.line(f"{tools} tools listed")
+    printer.line(format_report(report, label="MCP tools through mend", color=printer.color))
 
 
 async def _generate_traffic(requests: int, printer: Printer, mend_url: str) -> None:

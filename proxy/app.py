@@ -52,8 +52,10 @@ from proxy.failures import (
 from proxy.forward import upstream_request_headers
 from proxy.generation import Generation, RouteRuntime, unverified
 from proxy.logs import make_logger
+from proxy.mcptools import internal as tool_calls
+from proxy.mcptools.server import ToolServers
 from proxy.metrics import Metrics, RepeatTracker
-from proxy.openapi.gate import OpenAPIGate
+from proxy.openapi.gate import PRESET, OpenAPIGate
 from proxy.passthrough import passthrough_headers
 from proxy.protocols.base import Call, Inspection, Protocol, ProtocolName, Rendered
 from proxy.protocols.detect import Detector, default_protocols
@@ -179,6 +181,11 @@ class Proxy:
             if runtime is None:
                 raise RouteNotFound(request.path)
             route = runtime.route
+            # an MCP tool's call (proxy/mcptools) stands on no connection; look no further for
+            # an agent's: a missing request key costs a KeyError
+            tool_call = request.transport is None
+            if tool_call and (refused := request.get(tool_calls.REFUSED)) is not None:
+                raise refused  # answered as mend's own failure
             target = upstream_target(request.raw_path, route.prefix, route.strip_prefix)
             # 0. protocol: what the agent speaks, from its headers; a JSON body is kept on the side
             call = self.detector.call(request, route.protocol)
@@ -191,7 +198,7 @@ class Proxy:
                 rid = exchange.request_id = request[_RID] = request_id(
                     request.headers, trace.trace_id
                 )
-            if route.validate_requests:
+            if route.validate_requests or (tool_call and PRESET in request):
                 sent = await self.openapi.check(request, route, sent)
             # 1. forward, unless the route's circuit is open
             if self.circuits.enabled and (wait := await self.circuits.blocked_ms(route_name)):
@@ -653,7 +660,12 @@ class Proxy:
         first envelope in the rendering ``Accept`` (or the route) asks for; with the headers
         every envelope gets (CONTRACT §3), and what the route's OpenAPI document adds."""
         envelope = evaluations[0].envelope
-        if rendered is None and route is not None and route.openapi is not None:
+        if (
+            rendered is None
+            and route is not None
+            and route.openapi is not None
+            and not (request.transport is None and tool_calls.REFUSED in request)  # no call
+        ):
             document = exchange.json if exchange is not None and exchange.is_json else None
             sent = call.document() if call is not None else NOT_JSON  # the JSON body kept aside
             envelope = self.openapi.enrich(request, route, envelope, document, sent)
@@ -699,6 +711,8 @@ class Proxy:
         if envelope.retryable and envelope.retry_after_ms is not None:
             headers["Retry-After"] = str(math.ceil(envelope.retry_after_ms / 1000))
         self.metrics.redacted(kinds)
+        if request.transport is None:  # an MCP tool's call: what its result is made of
+            request[tool_calls.ENVELOPE] = envelope
         return web.Response(status=http_status, body=body, headers=headers), envelope
 
     def _bug(self, exc: Exception) -> ProxyBug:
@@ -1032,15 +1046,19 @@ def _log_line(exchange: Exchange, status: int, outcome: str, elapsed: float) -> 
 
 
 class MendServer(AgentServer):
-    """The agent port: the error catalog's pages, and every other request proxied.
+    """The agent port: the error catalog's pages, the MCP servers of ``mcp_tools:`` routes, and
+    every other request proxied.
 
     aiohttp's low-level server rather than an ``Application``: an application's router,
     middleware chain and response signals cost about 8 % of the instructions of a proxied
-    request (callgrind, ``/ok``), and the catalog is the only thing on this port that is not the
-    proxy. Non-GET requests and other paths under ``/_mend/`` are the upstream's, as before.
+    request (callgrind, ``/ok``), and the catalog and the MCP tools are the only things on this
+    port that are not the proxy. Non-GET requests and other paths under ``/_mend/`` are the
+    upstream's, as before.
     """
 
-    def __init__(self, proxy: Proxy, catalog: Catalog, **kwargs: Any) -> None:
+    def __init__(
+        self, proxy: Proxy, catalog: Catalog, tools: ToolServers | None = None, **kwargs: Any
+    ) -> None:
         settings = proxy.generation().settings  # connections are opened as at start (restart)
         super().__init__(
             self._dispatch,
@@ -1057,6 +1075,8 @@ class MendServer(AgentServer):
         self.proxy = proxy
         self.catalog = catalog
         self.pages = catalog_pages(catalog)
+        #: the MCP servers of routes with ``mcp_tools:`` (CONTRACT §9, proxy/mcptools)
+        self.tools = tools or tool_servers(proxy)
 
     async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
         if (refused := self.too_many(request)) is not None:
@@ -1068,6 +1088,8 @@ class MendServer(AgentServer):
             page = await self.pages(request)
             if page is not None:
                 return self.proxy.served_locally(request, page, started)
+        if (route := self.tools.route_for(request.path)) is not None:
+            return await self.tools.serve(request, route)
         return await self.proxy.handle(request)
 
     def pre_shutdown(self) -> None:
@@ -1077,9 +1099,16 @@ class MendServer(AgentServer):
         super().pre_shutdown()
 
     async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (aiohttp API)
-        """Drain the agents' connections, then close the upstream pools they were using."""
+        """End the MCP servers' sessions, drain the agents' connections, then close the
+        upstream pools they were using."""
+        await self.tools.close()  # first: its sessions' event streams would hold the drain
         await super().shutdown(timeout)
         await self.proxy.close()
+
+
+def tool_servers(proxy: Proxy) -> ToolServers:
+    """The MCP servers of ``mcp_tools:`` routes, their tool calls handled by ``proxy``."""
+    return ToolServers(proxy.handle, lambda: proxy.generation().loaded, proxy.log)
 
 
 def create_app(
@@ -1103,5 +1132,7 @@ def create_app(
     proxy = Proxy(store, metrics, logger, Detector(default_protocols()), crosscall, tracer)
     catalog = Catalog(store)
     store.on_reload.append(catalog.refresh)
+    tools = tool_servers(proxy)
+    store.on_reload.append(tools.reloaded)
     # mend writes its own access log line (``Proxy._finish``); aiohttp's would be a second one
-    return MendServer(proxy, catalog, access_log=None)
+    return MendServer(proxy, catalog, tools, access_log=None)

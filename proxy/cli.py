@@ -102,12 +102,14 @@ def _settings_from_args(args: argparse.Namespace) -> tuple[Settings, ConfigSourc
 
 
 def _openapi_flags(args: argparse.Namespace) -> dict[str, object]:
-    """``--openapi`` and ``--validate-requests`` as the single route's settings."""
+    """``--openapi``, ``--validate-requests`` and ``--mcp-tools`` as the single route's settings."""
     out: dict[str, object] = {}
     if getattr(args, "openapi", None):
         out["openapi"] = args.openapi
     if getattr(args, "validate_requests", False):
         out["validate_requests"] = True
+    if getattr(args, "mcp_tools", None):
+        out["mcp_tools"] = args.mcp_tools
     return out
 
 
@@ -130,6 +132,7 @@ _FLAGS = {
     "rules": "--rules",
     "openapi": "--openapi",
     "validate_requests": "--validate-requests",
+    "mcp_tools": "--mcp-tools",
     "state": "--state",
 }
 
@@ -492,6 +495,11 @@ def _parser() -> argparse.ArgumentParser:
         "--validate-requests",
         action="store_true",
         help="refuse requests the --openapi document calls invalid, before the upstream",
+    )
+    run.add_argument(
+        "--mcp-tools",
+        metavar="PATH",
+        help="serve the --openapi document's operations as MCP tools at PATH (e.g. /mcp)",
     )
     run.add_argument(
         "--workers", type=int, help="processes sharing the agent port (SO_REUSEPORT); default 1"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.resources
+import importlib.util
 import os
 import re
 from dataclasses import dataclass, field
@@ -157,6 +158,9 @@ class Route(_Model):
     #: which requests are safe to send again after mend sent them and got no answer, beyond
     #: what their method (or an MCP tool's annotations) says; first match wins
     retry_safe: tuple[RetrySafe, ...] = ()
+    #: serve the document's operations as MCP tools at ``<prefix><mcp_tools>`` (CONTRACT §9;
+    #: proxy/mcptools/); needs ``openapi``
+    mcp_tools: str | None = Field(None, pattern=r"^/[A-Za-z0-9._~/-]{0,200}$")
 
     @field_validator("prefix")
     @classmethod
@@ -185,6 +189,10 @@ class Route(_Model):
             raise ValueError(
                 "validate_requests: true needs openapi: FILE (the document to check by)"
             )
+        if self.mcp_tools is not None and self.openapi is None:
+            raise ValueError("mcp_tools: PATH needs openapi: FILE (the document of the tools)")
+        if self.mcp_tools is not None and importlib.util.find_spec("mcp") is None:
+            raise ValueError("mcp_tools: PATH needs the MCP SDK: pip install 'mend[mcp]'")
         return self
 
 

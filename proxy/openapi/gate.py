@@ -29,6 +29,9 @@ from proxy.settings import Route
 #: still checked), never refused for its length here.
 MAX_CHECKED_BODY = 1 << 20
 _VIOLATIONS: web.RequestKey[list[Violation]] = web.RequestKey("mend.violations", list)
+#: violations found before the request was made (an MCP tool's arguments that HTTP cannot
+#: carry, ``proxy/mcptools``); their presence has the request checked whatever the route says
+PRESET: web.RequestKey[list[Violation]] = web.RequestKey("mend.preset_violations", list)
 
 
 #: Mounts kept (one per route shape seen, reloads included) before the cache starts over.
@@ -58,13 +61,18 @@ class OpenAPIGate:
         """The body to forward (what was read, then the rest) for a route that validates; the
         request goes on unread when the route does not, or the document lacks its operation.
         ``RequestInvalid`` with every violation otherwise."""
-        spec = self._specs(request).get(route.name) if route.validate_requests else None
+        preset = request.get(PRESET) if request.transport is None else None  # in process only
+        checked = route.validate_requests or preset is not None
+        spec = self._specs(request).get(route.name) if checked else None
         if spec is None:
             return body
         limit = self._loaded(request).settings.request_body_max_bytes
         cap = min(MAX_CHECKED_BODY, limit or MAX_CHECKED_BODY)
         located = spec.locate(request.method, request.rel_url.raw_path, self._mount(route))
         if located is None or located.match is None or located.match.operation is None:
+            if preset:
+                request[_VIOLATIONS] = preset
+                raise RequestInvalid(preset)
             return body  # an undocumented operation: the upstream answers, and enrich explains
         head: list[bytes] = []
         complete = body is None
@@ -86,6 +94,9 @@ class OpenAPIGate:
             request.headers.get("Content-Type", ""),
             raw,
         )
+        if preset:
+            known = {(v.pointer, v.location) for v in preset}
+            violations = preset + [v for v in violations if (v.pointer, v.location) not in known]
         if violations:
             request[_VIOLATIONS] = violations
             raise RequestInvalid(violations)

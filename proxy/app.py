@@ -27,6 +27,8 @@ from proxy.build import BuildOptions
 from proxy.catalog import BASE as CATALOG_BASE
 from proxy.catalog import Catalog, catalog_pages
 from proxy.connection import AgentServer
+from proxy.crosscall.circuit import Blocked, LastError, open_answer
+from proxy.crosscall.operation import operation_key
 from proxy.crosscall.review import body_digest
 from proxy.crosscall.view import CrossCall
 from proxy.engine import Engine, Loaded, RuleStore
@@ -61,6 +63,7 @@ from proxy.protocols.sse import Event, EventRewriter
 from proxy.redact import Redactor, is_internal_header
 from proxy.render import Negotiator, Rendering, render, safe_header_value
 from proxy.request_id import request_id
+from proxy.retry import retry_after_ms
 from proxy.rulecheck import OWN_FAILURE_VARS
 from proxy.ruleset import Match, RuleSet
 from proxy.settings import Route, Settings
@@ -77,6 +80,8 @@ _HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?
 _RID: web.RequestKey[str] = web.RequestKey("mend.request_id", str)
 #: the configuration a request runs on, from its first byte to its last (``proxy/generation.py``)
 _GEN: web.RequestKey[Generation] = web.RequestKey("mend.generation", Generation)
+#: the operation whose circuit a request counts in (CONTRACT §7), when circuits are on
+_OP: web.RequestKey[str] = web.RequestKey("mend.operation", str)
 #: the caller's own session summary, on the agent port (CONTRACT §7)
 SESSION_PATH = "/_mend/session"
 
@@ -173,14 +178,15 @@ class Proxy:
             sent = intake.body(request, gen.settings, call) if request.body_exists else None
             if route.validate_requests:
                 sent = await self.openapi.check(request, route, sent)
-            # 1. forward, unless the route's circuit is open
-            if self.circuits.enabled and (wait := await self.circuits.blocked_ms(route_name)):
-                raise CircuitOpen(f"circuit open for {wait} ms more", wait_ms=wait)
+            # 1. forward, unless the operation's circuit is open
+            if self.circuits.enabled:
+                await self._closed(request, route)
             with upstream_errors():
                 upstream = await self._forward(request, runtime, target, rid, sent)
             upstream_s = time.perf_counter() - started
-            if self.circuits.counts(upstream.status) or self.circuits.dirty(route_name):
-                await self._circuit(route_name, upstream.status)
+            key = request.get(_OP)
+            if key and self.circuits.dirty(key) and not self.circuits.counts(upstream.status):
+                await self.circuits.succeeded(key)
             self.metrics.for_route(route_name).upstream_duration.observe(upstream_s)
         except ProxyFailure as failure:
             return await self._fail(request, exchange, runtime, failure, started, upstream_s, call)
@@ -619,8 +625,6 @@ class Proxy:
     ) -> web.StreamResponse:
         if call is not None:
             await intake.read_rest(request, call, request[_GEN].settings.client_body_timeout)
-        if failure.upstream and runtime is not None:
-            await self._circuit(runtime.route.name, None, failure.reason)
         answered = self._failure_answer(request, exchange, failure, call)
         answered = await self._reviewed(request, exchange, call, answered, failure.status)
         response, envelope = self._failure_reply(request, exchange, runtime, failure, answered)
@@ -662,6 +666,8 @@ class Proxy:
         evaluation = rewrite(
             match, exchange, self._redactor(request, exchange.route), self._options(request)
         )
+        if isinstance(blocked := failure.context.get("blocked"), Blocked):
+            evaluation.envelope = open_answer(evaluation.envelope, blocked)
         if protocol is None or call is None:
             return Answer(None, [evaluation])
         rendered = protocol.render_whole(call, evaluation.envelope, failure.status)
@@ -722,18 +728,53 @@ class Proxy:
             )
         return answered
 
-    async def _circuit(self, route: str, status: int | None, reason: str = "") -> None:
-        """Tell the route's circuit how the upstream answered (``status``; ``None``: a failure
-        mend met, ``reason``)."""
-        if status is None:
-            if reason in ("unreachable", "timeout"):
-                await self.circuits.failed(route, reason)
-            else:
-                await self.circuits.succeeded(route)  # it answered, if badly
-        elif self.circuits.counts(status):
-            await self.circuits.failed(route, f"status {status}")
+    async def _closed(self, request: web.BaseRequest, route: Route) -> None:
+        """``CircuitOpen`` when the request's operation has its circuit open; else the request
+        goes on, its operation noted for what its answer tells the circuit."""
+        template = self.openapi.template(request, route) if route.openapi is not None else None
+        key = operation_key(route.name, request.method, request.rel_url.raw_path, template)
+        request[_OP] = key
+        blocked = await self.circuits.blocked(route.name, key)
+        if blocked is not None:
+            raise CircuitOpen(
+                f"circuit open for {blocked.wait_ms} ms more",
+                wait_ms=blocked.wait_ms,
+                blocked=blocked,
+            )
+
+    async def _circuit(
+        self,
+        request: web.BaseRequest,
+        exchange: Exchange,
+        status: int | None,
+        envelope: Envelope | None,
+        failure: ProxyFailure | None,
+    ) -> None:
+        """Tell the operation's circuit how the upstream answered, once the agent has its answer:
+        only unreachable, timed out, or a status of ``circuit.statuses`` counts; any other
+        answer the upstream gave resets the count (a success did already, in ``_handle``)."""
+        key = request.get(_OP)
+        if key is None:
+            return
+        if failure is not None:
+            if not failure.upstream:
+                return  # mend refused it, or the circuit was open: the upstream was not asked
+            if failure.reason not in ("unreachable", "timeout"):
+                await self.circuits.succeeded(key)  # it answered, if badly
+                return
+            reason = failure.reason
+        elif status is not None and self.circuits.counts(status):
+            reason = f"status {status}"
         else:
-            await self.circuits.succeeded(route)
+            return
+        last = None
+        if envelope is not None:
+            last = LastError(
+                envelope.code, envelope.message, envelope.category, envelope.upstream_status
+            )
+        # the wait the upstream itself asked for (Retry-After, a rate-limit reset), not a default
+        wait = retry_after_ms(exchange.headers) if exchange.headers else None
+        await self.circuits.failed(exchange.route, key, reason, last, wait)
 
     # --- send and observe ----------------------------------------------------------------------
 
@@ -760,6 +801,11 @@ class Proxy:
         except ConnectionError:
             pass
         self._observe(request, exchange, response, started, upstream_s, outcome, envelope, failure)
+        if self.circuits.enabled:
+            status = exchange.status
+            if status is None and outcome == "passthrough":
+                status = response.status  # a streamed answer is passed with its own status
+            await self._circuit(request, exchange, status, envelope, failure)
         return response
 
     def refuse(self, request: web.BaseRequest, failure: ProxyFailure) -> web.StreamResponse:

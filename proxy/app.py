@@ -952,6 +952,7 @@ class MendServer(AgentServer):
             header_timeout=settings.client_header_timeout,
             max_connections=settings.max_connections,
             max_per_client=settings.max_connections_per_client,
+            on_idle_closed=proxy.metrics.idle_closed.inc,
             keepalive_timeout=settings.keepalive_timeout,
             max_line_size=settings.max_request_line,
             max_field_size=settings.max_header_size,

@@ -166,6 +166,12 @@ class Metrics:
             ["route", "direction"],
             registry=registry,
         )
+        self.idle_closed = Counter(
+            "mend_idle_connections_closed",
+            "Idle keep-alive agent connections closed to make room for a new one at "
+            "max_connections.",
+            registry=registry,
+        )
         self._routes: dict[str, RouteMetrics] = {}
         Gauge(
             "mend_build_info",

@@ -18,7 +18,8 @@ from proxy.passthrough import PassedResponse, PassedStream, passthrough_headers
 from proxy.protocols.base import Protocol
 from proxy.protocols.sse import EventRewriter
 
-#: Success bodies up to this size are read whole and sent in one write.
+#: Success bodies up to this size are sent in one write when they have arrived whole with their
+#: headers; a body still arriving is streamed whatever its length.
 SMALL_BODY = 64 << 10
 #: Set once a response's headers went to the agent: past it, a failure can only abort.
 STARTED: web.RequestKey[bool] = web.RequestKey("mend.response_started", bool)
@@ -73,12 +74,14 @@ async def stream(
         and request.method != "HEAD"
         and upstream.status not in (204, 304)
     ):
-        # one write for headers and body instead of three: most API answers are this small
+        # one write for headers and body instead of three when the whole body is here already,
+        # as most API answers are; one still arriving streams from what came (never waited for)
         with upstream_errors():
-            body = await upstream.read()
-        if events is not None:
-            body = events.feed(body) + events.close()
-        return buffered(upstream, body, rid)
+            head = upstream.content.read_nowait()
+        if upstream.content.at_eof():
+            if events is not None:
+                head = events.feed(head) + events.close()
+            return buffered(upstream, head, rid)
     response = PassedStream(
         status=upstream.status,
         reason=upstream.reason,
@@ -86,6 +89,8 @@ async def stream(
     )
     await response.prepare(request)
     request[STARTED] = True
+    if head and events is not None:
+        head = events.feed(head)  # read before it was known to be still arriving
     if head:
         await response.write(head)
     try:

@@ -1,0 +1,183 @@
+"""Safe by default (issue 25): ``mend run --upstream`` in front of real upstreams (httpbin served by
+gunicorn, nginx) changes nothing that works direct."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"port {port} did not open in {timeout} s")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@dataclass
+class Running:
+    proc: subprocess.Popen[bytes]
+    port: int
+    admin: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def metric(self, name: str) -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(name) and not line.startswith("#")
+        )
+
+
+def mend_run(upstream: str, log: Path, *extra: str) -> Running:
+    """``mend run --upstream URL``, on free ports (the only other flags)."""
+    port, admin = free_port(), free_port()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "proxy",
+                "run",
+                "--upstream",
+                upstream,
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--admin-listen",
+                f"127.0.0.1:{admin}",
+                *extra,
+            ],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        wait_port(admin, proc)
+        wait_port(port, proc)
+    except AssertionError:
+        stop(proc)
+        raise
+    return Running(proc, port, admin, log)
+
+
+@pytest.fixture(scope="module")
+def httpbin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """httpbin 0.10.4 from PyPI, served by gunicorn (threads, so /drip does not block others)."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("httpbin") / "gunicorn.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "-b",
+                f"127.0.0.1:{port}",
+                "-k",
+                "gthread",
+                "--threads",
+                "16",
+                "httpbin:app",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        wait_port(port, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)
+
+
+@pytest.fixture(scope="module")
+def via_mend(httpbin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    running = mend_run(httpbin, tmp_path_factory.mktemp("mend") / "mend.log")
+    try:
+        yield running
+    finally:
+        stop(running.proc)
+
+
+def get(
+    base: str, path: str, headers: dict[str, str] | None = None
+) -> tuple[int, bytes, dict[str, str]]:
+    host, port = base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, resp.read(), {k.lower(): v for k, v in resp.getheaders()}
+    finally:
+        conn.close()
+
+
+def first_byte_s(base: str, path: str) -> float:
+    """Seconds from sending the request to the first byte of the body."""
+    host, port = base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        began = time.monotonic()
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        assert resp.read(1)
+        took = time.monotonic() - began
+        resp.read()
+        return took
+    finally:
+        conn.close()
+
+
+# --- pass-through bodies -------------------------------------------------------------------
+
+
+def test_drip_first_byte_arrives_as_fast_as_direct(httpbin: str, via_mend: Running) -> None:
+    """httpbin's /drip (a Content-Length under 64 KiB, one byte every 0.5 s): the first byte
+    comes through mend within 0.3 s of direct, not after the whole body."""
+    path = "/drip?duration=2&numbytes=4&code=200"
+    direct = first_byte_s(httpbin, path)
+    proxied = first_byte_s(via_mend.url, path)
+    assert direct < 0.4
+    assert proxied < direct + 0.3

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
 
 from proxy import body as bodies
-from proxy import intake, nesting, relay
+from proxy import intake, nesting, redirect, relay
 from proxy.build import BuildOptions
 from proxy.catalog import BASE as CATALOG_BASE
 from proxy.catalog import Catalog, catalog_pages
@@ -55,7 +55,7 @@ from proxy.generation import Generation, RouteRuntime, unverified
 from proxy.logs import make_logger
 from proxy.metrics import Metrics, RepeatTracker
 from proxy.openapi.gate import OpenAPIGate
-from proxy.passthrough import passthrough_headers
+from proxy.passthrough import Redirect, passthrough_headers
 from proxy.protocols.base import Call, Inspection, Protocol, ProtocolName, Rendered
 from proxy.protocols.detect import Detector, default_protocols
 from proxy.protocols.graphql import RESPONSE_TYPE as GRAPHQL_RESPONSE
@@ -233,7 +233,7 @@ class Proxy:
                     request, exchange, response, started, upstream_s, "passthrough"
                 )
             if is_success and not relay.may_hold_errors(protocol, upstream, raw):
-                response = relay.buffered(upstream, raw, rid)
+                response = relay.buffered(upstream, raw, rid, self._redirect(request, runtime))
                 return await self._finish(
                     request, exchange, response, started, upstream_s, "passthrough"
                 )
@@ -251,7 +251,7 @@ class Proxy:
             # 4-7. match, build, redact, render: in the agent's protocol when it speaks one
             answered = await self._answer(request, runtime, ruleset, exchange, upstream, call)
             if answered is None:  # an inspected success that no rule calls an error
-                response = relay.buffered(upstream, raw, rid)
+                response = relay.buffered(upstream, raw, rid, self._redirect(request, runtime))
                 return await self._finish(
                     request, exchange, response, started, upstream_s, "passthrough"
                 )
@@ -326,6 +326,7 @@ class Proxy:
             limit=request[_GEN].settings.response_body_max_bytes,
             log=self.log,
             events=events,
+            redirect=self._redirect(request, runtime),
         )
 
     async def _tunnel(
@@ -399,6 +400,35 @@ class Proxy:
         # the agent reached us under this host; a Host header that is not a plain host is ignored
         host = request.host if _HOST.match(request.host or "") else gen.settings.listen
         return replace(gen.options, docs_base_url=f"{request.scheme}://{host}")
+
+    def _redirect(self, request: web.BaseRequest, runtime: RouteRuntime) -> Redirect | None:
+        """What names mend instead of the upstream in the response's redirect headers."""
+        origin = runtime.redirects
+        if origin is None:
+            return None
+
+        def rewrite(name: str, value: str) -> str:
+            return redirect.rewrite(name, value, origin, self._agent_base(request, runtime))
+
+        return rewrite
+
+    @staticmethod
+    def _agent_base(request: web.BaseRequest, runtime: RouteRuntime) -> str:
+        """The origin the agent used (``public_url``, else ``X-Forwarded-Proto`` and
+        ``-Host``, else ``Host``) and the route's prefix when it is stripped."""
+        route = runtime.route
+        root = route.prefix.rstrip("/") if route.strip_prefix else ""
+        public = request[_GEN].settings.public_url
+        if public:
+            return public.rstrip("/") + root
+        headers = request.headers
+        scheme = headers.get("X-Forwarded-Proto", "").split(",", 1)[0].strip().lower()
+        if scheme not in ("http", "https"):
+            scheme = request.scheme
+        host = headers.get("X-Forwarded-Host", "").split(",", 1)[0].strip()
+        if not _HOST.match(host):
+            host = request.host if _HOST.match(request.host or "") else ""
+        return f"{scheme}://{host or request[_GEN].settings.listen}{root}"
 
     def _classify(
         self,

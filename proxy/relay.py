@@ -14,7 +14,7 @@ from aiohttp import web
 from structlog.typing import FilteringBoundLogger
 
 from proxy.failures import UpstreamResponseTooLarge, upstream_errors
-from proxy.passthrough import PassedResponse, PassedStream, passthrough_headers
+from proxy.passthrough import PassedResponse, PassedStream, Redirect, passthrough_headers
 from proxy.protocols.base import Protocol
 from proxy.protocols.sse import EventRewriter
 
@@ -35,13 +35,15 @@ STREAM_TYPES = frozenset(
 )
 
 
-def buffered(upstream: aiohttp.ClientResponse, raw: bytes, rid: str) -> web.StreamResponse:
+def buffered(
+    upstream: aiohttp.ClientResponse, raw: bytes, rid: str, redirect: Redirect | None = None
+) -> web.StreamResponse:
     """The upstream's response with ``raw`` as its whole body."""
     return PassedResponse(
         status=upstream.status,
         reason=upstream.reason,
         body=raw,
-        headers=passthrough_headers(upstream.headers, rid),
+        headers=passthrough_headers(upstream.headers, rid, redirect),
     )
 
 
@@ -55,6 +57,7 @@ async def stream(
     limit: int | None,
     log: FilteringBoundLogger,
     events: EventRewriter | None = None,
+    redirect: Redirect | None = None,
 ) -> web.StreamResponse:
     """Pass a response through as it arrives: status, end-to-end headers, bytes (``head``
     first: what was read of it already).
@@ -81,11 +84,11 @@ async def stream(
         if upstream.content.at_eof():
             if events is not None:
                 head = events.feed(head) + events.close()
-            return buffered(upstream, head, rid)
+            return buffered(upstream, head, rid, redirect)
     response = PassedStream(
         status=upstream.status,
         reason=upstream.reason,
-        headers=passthrough_headers(upstream.headers, rid),
+        headers=passthrough_headers(upstream.headers, rid, redirect),
     )
     await response.prepare(request)
     request[STARTED] = True

@@ -112,6 +112,9 @@ class Route(_Model):
     #: seconds to read a whole error body (or a success peek) that a rule set inspects
     error_body_timeout: float = Field(30.0, gt=0)
     preserve_host: bool = False
+    #: ``Location``, ``Content-Location`` and ``Refresh`` naming the upstream's origin are
+    #: rewritten to the agent's origin and this route's prefix (nginx ``proxy_redirect default``)
+    rewrite_redirects: bool = True
     #: TLS to an https:// upstream: trust, client certificate, server name
     tls: UpstreamTLS | None = None
     #: an active health check; while it fails, /readyz answers 503 naming this route

@@ -181,3 +181,100 @@ def test_drip_first_byte_arrives_as_fast_as_direct(httpbin: str, via_mend: Runni
     proxied = first_byte_s(via_mend.url, path)
     assert direct < 0.4
     assert proxied < direct + 0.3
+
+
+# --- redirects -------------------------------------------------------------------------------
+
+
+def test_absolute_redirect_names_mend(httpbin: str, via_mend: Running) -> None:
+    """httpbin's /absolute-redirect names the address it was reached at; through mend the agent
+    gets mend's, and following it stays behind mend."""
+    status, _, headers = get(via_mend.url, "/absolute-redirect/1")
+    assert status == 302
+    assert headers["location"] == f"{via_mend.url}/get"
+    _, direct, direct_headers = get(httpbin, "/absolute-redirect/1")
+    assert direct_headers["location"] == f"{httpbin}/get"  # what it did direct
+    status, body, _ = get(via_mend.url, "/get")
+    assert status == 200
+    assert json.loads(body)["url"].endswith("/get")
+
+
+def test_redirect_elsewhere_is_unchanged(via_mend: Running) -> None:
+    """A redirect to another origin passes as sent."""
+    _, _, headers = get(via_mend.url, "/redirect-to?url=http%3A%2F%2Fexample.org%2Fx")
+    assert headers["location"] == "http://example.org/x"
+
+
+# --- circuit ---------------------------------------------------------------------------------
+
+
+def test_failing_endpoint_leaves_the_others_untouched(via_mend: Running) -> None:
+    """Ten 503s from /status/503, then /get, /status/404 and /status/503 again: every answer is
+    the upstream's own (no circuit answers by default)."""
+    for _ in range(10):
+        status, body, _ = get(via_mend.url, "/status/503")
+        assert status == 503
+        assert json.loads(body)["error"]["rule"] != "proxy.upstream_unavailable"
+    assert get(via_mend.url, "/get")[0] == 200
+    assert get(via_mend.url, "/status/404")[0] == 404
+    status, body, _ = get(via_mend.url, "/status/503")
+    assert json.loads(body)["error"]["upstream_status"] == 503
+
+
+NGINX_503 = """daemon off;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{ add_header Retry-After 120 always; return 503; }}
+    }}
+}}
+"""
+
+
+@pytest.fixture(scope="module")
+def nginx_busy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """nginx answering every request ``503`` with ``Retry-After: 120``."""
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not Path(nginx).exists():
+        pytest.skip("nginx is not installed (scripts/install-system-deps installs it)")
+    directory = tmp_path_factory.mktemp("nginx")
+    port = free_port()
+    conf = directory / "nginx.conf"
+    conf.write_text(NGINX_503.format(dir=directory, port=port), encoding="utf-8")
+    proc = subprocess.Popen(
+        [nginx, "-c", str(conf), "-p", str(directory), "-e", str(directory / "error.log")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        wait_port(port, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)
+
+
+def test_retry_after_survives(nginx_busy: str, tmp_path: Path) -> None:
+    """nginx's 503 with ``Retry-After: 120``, eight times: each envelope keeps the 120 s and the
+    503's own code; none is a circuit's answer."""
+    running = mend_run(nginx_busy, tmp_path / "mend.log")
+    try:
+        for _ in range(8):
+            status, body, headers = get(running.url, "/api/orders")
+            error = json.loads(body)["error"]
+            assert status == 503
+            assert headers["retry-after"] == "120"
+            assert error["retry_after_ms"] == 120_000
+            assert error["code"] != "UPSTREAM_UNAVAILABLE"
+            assert error["upstream_status"] == 503
+    finally:
+        stop(running.proc)

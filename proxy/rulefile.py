@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from proxy.envelope import Action, Category, Severity
 from proxy.query import Query, compile_query
 from proxy.rulecheck import TEMPLATE_FIELDS, never_matching, undefined_variables
+from proxy.sourcefile import read_text
 from proxy.template import Template, TemplateError
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -522,8 +523,12 @@ def rule_files(paths: Iterable[Path], kind: str = "rule") -> Iterator[Path]:
             raise RuleError([f"{path}:1: no such {kind} file or directory"])
 
 
-def load_rules(paths: Iterable[Path], disabled_packs: Iterable[str] = ()) -> list[LoadedRule]:
-    """Load and validate every file; all problems of all files are reported together."""
+def load_rules(
+    paths: Iterable[Path], disabled_packs: Iterable[str] = (), *, max_bytes: int = 8 << 20
+) -> list[LoadedRule]:
+    """Load and validate every file (each at most ``max_bytes``, ``proxy/sourcefile.py``); all
+    problems of all files are reported together."""
+
     disabled = set(disabled_packs)
     problems: list[str] = []
     loaded: list[LoadedRule] = []
@@ -534,7 +539,7 @@ def load_rules(paths: Iterable[Path], disabled_packs: Iterable[str] = ()) -> lis
         raise RuleError(exc.problems) from None
     for file in files:
         try:
-            text = file.read_text(encoding="utf-8")
+            text = read_text(file, max_bytes)
             rules = load_rule_text(text, str(file), default_pack=file.stem)
         except RuleError as exc:
             problems.extend(exc.problems)

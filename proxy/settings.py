@@ -17,6 +17,7 @@ from proxy.protocols.base import ProtocolName
 from proxy.redaction.config import RedactionSettings
 from proxy.render import Rendering
 from proxy.rulefile import RuleError, parse_yaml, validation_problems
+from proxy.sourcefile import MAX_FILE_BYTES, read_text
 
 
 def _packaged_rules() -> Path:
@@ -174,6 +175,8 @@ class Settings(_Model):
     request_body_max_bytes: int | None = Field(None, gt=0)
     response_body_max_bytes: int | None = Field(None, gt=0)
     watch_rules: bool = True
+    #: the largest rule, detector (and config) file mend reads; a larger one is refused
+    max_file_bytes: int = Field(MAX_FILE_BYTES, gt=0, le=1 << 30)
     workers: int = Field(1, ge=1)
     # --- agent connections: every wait bounded, every table capped (README "Limits") ---------
     #: seconds for a client to send a whole request head (nginx ``client_header_timeout``)
@@ -306,8 +309,8 @@ def load_settings(path: Path, overrides: dict[str, object] | None = None) -> Set
     """Read a config file; relative rule paths are relative to the file. ``RuleError`` on error."""
     name = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
+        text = read_text(path)  # the default cap: the file's own max_file_bytes is not known yet
+    except (OSError, UnicodeDecodeError) as exc:
         raise RuleError([f"{name}:1: cannot read config: {exc}"]) from exc
     data, lines = parse_yaml(text, name)
     if not isinstance(data, dict):

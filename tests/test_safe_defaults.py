@@ -278,3 +278,76 @@ def test_retry_after_survives(nginx_busy: str, tmp_path: Path) -> None:
             assert error["upstream_status"] == 503
     finally:
         stop(running.proc)
+
+
+# --- operator files --------------------------------------------------------------------------
+
+RULE = """rules:
+  - id: mine.teapot
+    when: {status: 418}
+    envelope: {code: TEAPOT, category: internal, message: A teapot.}
+"""
+
+
+def test_rule_file_over_the_cap_is_refused_at_start(httpbin: str, tmp_path: Path) -> None:
+    """A 100 MB rule file: ``mend run`` exits 2 at once with one ``file:1:`` line naming the cap,
+    without reading it."""
+    big = tmp_path / "big.yaml"
+    with big.open("wb") as handle:
+        handle.truncate(100 << 20)  # sparse: 100 MB by stat, nothing on disk
+    began = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "proxy", "run", "--upstream", httpbin, "--rules", str(big)],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert time.monotonic() - began < 30
+    lines = result.stderr.decode().strip().splitlines()
+    assert lines[-1].startswith(f"mend: error: {big}:1: cannot read: 104,857,600 bytes")
+    assert "max_file_bytes (8,388,608)" in lines[-1]
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    import os  # noqa: PLC0415
+
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wait_log(log: Path, event: str, timeout: float = 30.0) -> dict[str, object]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("{") and json.loads(line).get("event") == event:
+                found: dict[str, object] = json.loads(line)
+                return found
+        time.sleep(0.1)
+    raise AssertionError(f"no {event} in {log.read_text(errors='replace')[-2000:]}")
+
+
+def test_big_files_in_the_rules_directory_cost_no_idle_cpu(httpbin: str, tmp_path: Path) -> None:
+    """A 100 MB file and a 7 MB one dropped into a watched rules directory: the reload is
+    refused with a ``file:1:`` line, the rule in force keeps working, and the idle watcher
+    then uses under 3 % of a core (it read and summed every file on every poll)."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "mine.yaml").write_text(RULE, encoding="utf-8")
+    running = mend_run(httpbin, tmp_path / "mend.log", "--rules", str(rules))
+    try:
+        with (rules / "huge.yaml").open("wb") as handle:
+            handle.truncate(100 << 20)
+        (rules / "large.yaml").write_bytes(b"rules: [\n" + b"#" * (7 << 20))
+        rejected = _wait_log(running.log, "rules_reload_rejected")
+        problems = "\n".join(map(str, rejected["problems"]))  # type: ignore[call-overload]
+        assert f"{rules / 'huge.yaml'}:1: cannot read: 104,857,600 bytes" in problems
+        status, body, _ = get(running.url, "/status/418")
+        assert json.loads(body)["error"]["code"] == "TEAPOT"
+        time.sleep(3)  # past the watcher's freshness window
+        before = _cpu_s(running.proc.pid)
+        time.sleep(5)
+        assert _cpu_s(running.proc.pid) - before < 0.15
+    finally:
+        stop(running.proc)

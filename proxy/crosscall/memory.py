@@ -61,6 +61,7 @@ class _Session:
 #: operations whose circuit counts are kept (one small list each)
 MAX_CIRCUITS = 10_000
 
+
 class MemoryStore:
     def __init__(self, max_entries: int = 100_000) -> None:
         self.max_entries = max_entries

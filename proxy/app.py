@@ -82,6 +82,8 @@ _RID: web.RequestKey[str] = web.RequestKey("mend.request_id", str)
 _GEN: web.RequestKey[Generation] = web.RequestKey("mend.generation", Generation)
 #: the operation whose circuit a request counts in (CONTRACT §7), when circuits are on
 _OP: web.RequestKey[str] = web.RequestKey("mend.operation", str)
+#: seconds the request waited on the upstream: its response head, an error body being read
+_WAITED: web.RequestKey[float] = web.RequestKey("mend.waited_s", float)
 #: the caller's own session summary, on the agent port (CONTRACT §7)
 SESSION_PATH = "/_mend/session"
 
@@ -181,8 +183,12 @@ class Proxy:
             # 1. forward, unless the operation's circuit is open
             if self.circuits.enabled:
                 await self._closed(request, route)
-            with upstream_errors():
-                upstream = await self._forward(request, runtime, target, rid, sent)
+            forward_at = time.perf_counter()
+            try:
+                with upstream_errors():
+                    upstream = await self._forward(request, runtime, target, rid, sent)
+            finally:
+                request[_WAITED] = time.perf_counter() - forward_at
             upstream_s = time.perf_counter() - started
             key = request.get(_OP)
             if key and self.circuits.dirty(key) and not self.circuits.counts(upstream.status):
@@ -221,12 +227,14 @@ class Proxy:
                 if is_success and protocol is None
                 else gen.settings.error_body_max_bytes
             )
+            read_at = time.perf_counter()
             raw, complete = await relay.read_capped(
                 upstream,
                 limit,
                 runtime.route.error_body_timeout,
                 give_up=is_success and protocol is not None,
             )
+            request[_WAITED] += time.perf_counter() - read_at
             if is_success and not complete:
                 response = await self._stream(request, runtime, upstream, raw)
                 return await self._finish(
@@ -865,6 +873,8 @@ class Proxy:
         per_route = self.metrics.for_route(exchange.route)
         per_route.outcome(outcome).inc()
         per_route.request_duration.observe(elapsed)
+        own = elapsed - request.get(_WAITED, 0.0) - request.get(relay.STREAMED, 0.0)
+        per_route.processing_duration.observe(max(own, 0.0))
         line = _log_line(exchange, response.status, outcome, elapsed)
         if exchange.status is not None:
             line["upstream_status"] = exchange.status

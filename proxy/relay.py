@@ -8,6 +8,7 @@ rewrites goes out event by event (``EventRewriter``).
 from __future__ import annotations
 
 import asyncio
+import time
 
 import aiohttp
 from aiohttp import web
@@ -23,6 +24,9 @@ from proxy.protocols.sse import EventRewriter
 SMALL_BODY = 64 << 10
 #: Set once a response's headers went to the agent: past it, a failure can only abort.
 STARTED: web.RequestKey[bool] = web.RequestKey("mend.response_started", bool)
+#: Seconds a passed-through body took to stream, its headers sent (paced by the two ends, not
+#: mend: ``mend_processing_duration_seconds`` leaves it out).
+STREAMED: web.RequestKey[float] = web.RequestKey("mend.streamed_s", float)
 #: Media types whose bodies are read as they arrive, event by event, never whole.
 STREAM_TYPES = frozenset(
     {
@@ -92,6 +96,23 @@ async def stream(
     )
     await response.prepare(request)
     request[STARTED] = True
+    began = time.perf_counter()
+    try:
+        return await _relay(request, upstream, response, head, rid, log, events)
+    finally:
+        request[STREAMED] = time.perf_counter() - began
+
+
+async def _relay(
+    request: web.BaseRequest,
+    upstream: aiohttp.ClientResponse,
+    response: web.StreamResponse,
+    head: bytes,
+    rid: str,
+    log: FilteringBoundLogger,
+    events: EventRewriter | None,
+) -> web.StreamResponse:
+    """The body, as it arrives, after the headers went out."""
     if head and events is not None:
         head = events.feed(head)  # read before it was known to be still arriving
     if head:
@@ -106,6 +127,8 @@ async def stream(
         if events is not None and (rest := events.close()):
             await response.write(rest)
     except aiohttp.ClientError as exc:
+        if isinstance(exc, ConnectionResetError):
+            raise  # writing to the agent failed: it hung up (the caller logs a 499)
         # headers are gone already: the only honest signal left is an aborted connection
         log.warning("upstream_stream_broken", request_id=rid, error=type(exc).__name__)
         if request.transport is not None:

@@ -183,6 +183,28 @@ def test_drip_first_byte_arrives_as_fast_as_direct(httpbin: str, via_mend: Runni
     assert proxied < direct + 0.3
 
 
+def test_agent_hanging_up_mid_stream_is_a_499(via_mend: Running) -> None:
+    """An agent that leaves a /drip after its first byte is logged 499 ``client_closed``, not
+    as a broken upstream stream passed through."""
+    with socket.create_connection(("127.0.0.1", via_mend.port), timeout=5) as sock:
+        sock.sendall(b"GET /drip?duration=1&numbytes=4 HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert sock.recv(100).startswith(b"HTTP/1.1 200")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        lines = [
+            json.loads(line)
+            for line in via_mend.log.read_text(errors="replace").splitlines()
+            if line.startswith("{")
+        ]
+        mine = [x for x in lines if x.get("event") == "request" and x.get("status") == 499]
+        if mine:
+            assert mine[0]["outcome"] == "client_closed"
+            assert not [x for x in lines if x.get("event") == "upstream_stream_broken"]
+            return
+        time.sleep(0.1)
+    raise AssertionError("no 499 logged")
+
+
 # --- redirects -------------------------------------------------------------------------------
 
 
@@ -192,7 +214,7 @@ def test_absolute_redirect_names_mend(httpbin: str, via_mend: Running) -> None:
     status, _, headers = get(via_mend.url, "/absolute-redirect/1")
     assert status == 302
     assert headers["location"] == f"{via_mend.url}/get"
-    _, direct, direct_headers = get(httpbin, "/absolute-redirect/1")
+    _, _, direct_headers = get(httpbin, "/absolute-redirect/1")
     assert direct_headers["location"] == f"{httpbin}/get"  # what it did direct
     status, body, _ = get(via_mend.url, "/get")
     assert status == 200
@@ -343,7 +365,7 @@ def test_big_files_in_the_rules_directory_cost_no_idle_cpu(httpbin: str, tmp_pat
         rejected = _wait_log(running.log, "rules_reload_rejected")
         problems = "\n".join(map(str, rejected["problems"]))  # type: ignore[call-overload]
         assert f"{rules / 'huge.yaml'}:1: cannot read: 104,857,600 bytes" in problems
-        status, body, _ = get(running.url, "/status/418")
+        _, body, _ = get(running.url, "/status/418")
         assert json.loads(body)["error"]["code"] == "TEAPOT"
         time.sleep(3)  # past the watcher's freshness window
         before = _cpu_s(running.proc.pid)

@@ -420,11 +420,23 @@ def _construct(
     return loader.construct_object(node, deep=True)
 
 
+#: PyYAML contexts whose mark is where the mistake is (an unclosed quote, bracket or brace, a key
+#: missing its colon), while the problem's mark is where the parser noticed, often a line later.
+_STARTED_AT = ("while scanning", "while parsing a flow")
+
+
 def _yaml_problem(exc: yaml.YAMLError, name: str) -> str:
     mark = getattr(exc, "problem_mark", None)
     line = mark.line + 1 if mark is not None else 1
     problem = getattr(exc, "problem", None) or str(exc)
     kind = "YAML" if isinstance(exc, _YamlBound) else "YAML syntax"
+    context = getattr(exc, "context", None)
+    context_mark = getattr(exc, "context_mark", None)
+    if context and context_mark is not None and context.startswith(_STARTED_AT):
+        started = context_mark.line + 1
+        if started != line:
+            return f"{name}:{started}: {kind}: {problem} ({context} from here to line {line})"
+        return f"{name}:{line}: {kind}: {problem} ({context})"
     return f"{name}:{line}: {kind}: {problem}"
 
 

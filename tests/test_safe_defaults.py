@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import resource
 import shutil
 import socket
 import subprocess
@@ -70,8 +71,9 @@ class Running:
         )
 
 
-def mend_run(upstream: str, log: Path, *extra: str) -> Running:
-    """``mend run --upstream URL``, on free ports (the only other flags)."""
+def mend_run(upstream: str, log: Path, *extra: str, nofile: int | None = None) -> Running:
+    """``mend run --upstream URL``, on free ports (the only other flags); ``nofile`` lowers its
+    file limit right after it starts, as ``ulimit -n`` would."""
     port, admin = free_port(), free_port()
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -93,6 +95,8 @@ def mend_run(upstream: str, log: Path, *extra: str) -> Running:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
+    if nofile is not None:
+        resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (nofile, nofile))
     try:
         wait_port(admin, proc)
         wait_port(port, proc)
@@ -372,4 +376,33 @@ def test_big_files_in_the_rules_directory_cost_no_idle_cpu(httpbin: str, tmp_pat
         time.sleep(5)
         assert _cpu_s(running.proc.pid) - before < 0.15
     finally:
+        stop(running.proc)
+
+
+# --- connections -----------------------------------------------------------------------------
+
+
+def test_new_client_gets_in_when_idle_keep_alives_fill_the_cap(
+    httpbin: str, tmp_path: Path
+) -> None:
+    """Under ``ulimit -n 64`` the cap is 16: sixteen keep-alive clients that got their answer
+    and stay idle hold it, and a seventeenth is served (the longest-idle one is closed for it)."""
+    running = mend_run(httpbin, tmp_path / "mend.log", nofile=64)
+    held: list[socket.socket] = []
+    try:
+        lowered = _wait_log(running.log, "max_connections_lowered")
+        cap = int(str(lowered["max_connections"]))
+        for _ in range(cap):
+            sock = socket.create_connection(("127.0.0.1", running.port), timeout=10)
+            sock.sendall(b"GET /get HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+            held.append(sock)
+        status, body, _ = get(running.url, "/get")
+        assert status == 200, body
+        assert running.metric("mend_idle_connections_closed_total") >= 1
+        held[0].settimeout(5)
+        assert held[0].recv(1) == b""  # the longest idle made room
+    finally:
+        for sock in held:
+            sock.close()
         stop(running.proc)

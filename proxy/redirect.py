@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from multidict import istr
 from yarl import URL
 
-#: The response headers whose URL is rewritten.
-HEADERS = ("Location", "Content-Location", "Refresh")
+#: The response headers whose URL is rewritten (``istr``: a look-up in a response's headers
+#: skips folding the name's case, on every passed-through response)
+HEADERS = (istr("Location"), istr("Content-Location"), istr("Refresh"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -161,7 +161,8 @@ def test_case_rules_come_before_the_packs(tmp_path: Path) -> None:
     ("case", "line", "message"),
     [
         (
-            "  - name: x\n    response: {status: 422, json: {}, body: x}\n    expect: passthrough\n",
+            "  - name: x\n    response: {status: 422, json: {}, body: x}\n"
+            "    expect: passthrough\n",
             4,
             "not both",
         ),

@@ -382,6 +382,26 @@ def test_big_files_in_the_rules_directory_cost_no_idle_cpu(httpbin: str, tmp_pat
 # --- connections -----------------------------------------------------------------------------
 
 
+def _whole_response(sock: socket.socket) -> bytes:
+    """One response with a Content-Length, read to its last byte: the connection is then idle."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, "closed before the response head"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "closed before the end of the body"
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
 def test_new_client_gets_in_when_idle_keep_alives_fill_the_cap(
     httpbin: str, tmp_path: Path
 ) -> None:
@@ -395,7 +415,7 @@ def test_new_client_gets_in_when_idle_keep_alives_fill_the_cap(
         for _ in range(cap):
             sock = socket.create_connection(("127.0.0.1", running.port), timeout=10)
             sock.sendall(b"GET /get HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+            assert _whole_response(sock).startswith(b"HTTP/1.1 200")
             held.append(sock)
         status, body, _ = get(running.url, "/get")
         assert status == 200, body

@@ -467,3 +467,31 @@ async def test_a_probe_that_never_reports_is_given_up() -> None:
     assert ((await circuits.blocked("r", "r GET /x")) or _NEVER).wait_ms == 1000  # others wait
     await asyncio.sleep(0.25)
     assert await circuits.blocked("r", "r GET /x") is None  # given up: a new probe
+
+
+async def test_a_tools_is_error_never_opens_a_circuit(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """Five MCP tool results with ``isError: true`` (in 200s) with ``failures: 1``: every call
+    reaches the upstream and comes back a tool result, none a circuit's answer."""
+    calls: list[int] = []
+
+    async def tool(request: web.Request) -> web.Response:
+        call = await request.json()
+        calls.append(call["id"])
+        result = {"content": [{"type": "text", "text": "disk full"}], "isError": True}
+        return web.json_response({"jsonrpc": "2.0", "id": call["id"], "result": result})
+
+    mend = await start_mend(await start_upstream({"/mcp": tool}), circuit={"failures": 1})
+    headers = {"Accept": "application/json", "MCP-Protocol-Version": "2025-06-18"}
+    for call_id in range(1, 6):
+        call = {
+            "jsonrpc": "2.0",
+            "id": call_id,
+            "method": "tools/call",
+            "params": {"name": "save", "arguments": {}},
+        }
+        answer = await (await mend.client.post("/mcp", json=call, headers=headers)).json()
+        assert answer["result"]["isError"] is True
+        assert answer["result"]["_meta"]["mend/error"]["rule"] != "proxy.upstream_unavailable"
+    assert calls == [1, 2, 3, 4, 5]

@@ -495,3 +495,31 @@ async def test_a_tools_is_error_never_opens_a_circuit(
         assert answer["result"]["isError"] is True
         assert answer["result"]["_meta"]["mend/error"]["rule"] != "proxy.upstream_unavailable"
     assert calls == [1, 2, 3, 4, 5]
+
+
+async def test_a_documented_operation_is_one_circuit(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """With an OpenAPI document the circuit is the documented operation: failures of
+    ``GET /orders/abc`` open ``GET /orders/{orderId}`` for ``/orders/xyz`` too (no id-like
+    segment in either), and leave ``GET /orders/latest``, another operation, alone."""
+    from tests.test_openapi_proxy import SPECS  # noqa: PLC0415
+
+    calls: list[str] = []
+
+    async def one(request: web.Request) -> web.Response:
+        calls.append(request.path)
+        return web.json_response({"error": "down"}, status=503)
+
+    upstream = await start_upstream(
+        {"GET /api/v1/orders/latest": _ok, "GET /api/v1/orders/{id}": one}
+    )
+    url = str(upstream.make_url("/api/v1")).rstrip("/")
+    mend = await start_mend(url, route={"openapi": SPECS[0]}, circuit={"failures": 2})
+    for _ in range(2):
+        await mend.client.get("/orders/abc")
+    blocked = (await (await mend.client.get("/orders/xyz")).json())["error"]
+    assert blocked["rule"] == "proxy.upstream_unavailable"
+    assert "GET /orders/{orderId}" in blocked["hint"]
+    assert calls == ["/api/v1/orders/abc", "/api/v1/orders/abc"]
+    assert (await mend.client.get("/orders/latest")).status == 200

@@ -523,3 +523,31 @@ async def test_a_documented_operation_is_one_circuit(
     assert "GET /orders/{orderId}" in blocked["hint"]
     assert calls == ["/api/v1/orders/abc", "/api/v1/orders/abc"]
     assert (await mend.client.get("/orders/latest")).status == 200
+
+
+async def test_circuit_tables_are_capped() -> None:
+    """Agents choose paths: past ``MAX_VIEWS`` / ``MAX_CIRCUITS`` distinct operations the
+    oldest are forgotten, the tables never grow beyond their caps."""
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415
+
+    from proxy.crosscall import circuit, memory  # noqa: PLC0415
+    from proxy.crosscall.config import CircuitSettings  # noqa: PLC0415
+    from proxy.crosscall.guard import Guard  # noqa: PLC0415
+    from proxy.logs import make_logger  # noqa: PLC0415
+
+    registry, log = CollectorRegistry(), make_logger(io.StringIO())
+    store = MemoryStore()
+    circuits = circuit.Circuits(
+        CircuitSettings(failures=3),
+        store,
+        Guard(50, 60, registry, log),
+        registry,
+        log,
+        shared=False,
+    )
+    for n in range(circuit.MAX_VIEWS + 50):
+        key = f"r GET /w{'x' * (n % 7)}/{chr(97 + n % 26)}{n:x}"
+        await circuits.blocked("r", key)
+        await circuits.failed("r", key, "unreachable", None, None)
+    assert len(circuits._views) <= circuit.MAX_VIEWS
+    assert len(store._circuits) <= memory.MAX_CIRCUITS

@@ -25,6 +25,7 @@ started by a request but never awaited by it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -151,10 +152,11 @@ class Circuits:
         return view
 
     def _forget(self) -> None:
-        """Room for one more view: the oldest closed ones go (a tenth of the table), else the
-        oldest of all."""
+        """Room for more views: a tenth of the table goes at once (so the scan is paid once per
+        thousand new operations), the oldest closed views first, else the oldest of all."""
+        room = max(1, MAX_VIEWS // 10)
         closed = [k for k, v in self._views.items() if v.state is State.CLOSED and not v.dirty]
-        for key in closed[: max(1, MAX_VIEWS // 10)] or [next(iter(self._views))]:
+        for key in closed[:room] or list(itertools.islice(self._views, room)):
             view = self._views.pop(key)
             self._set(key, view.route, State.CLOSED)
 

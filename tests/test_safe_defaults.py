@@ -354,6 +354,7 @@ def _wait_log(log: Path, event: str, timeout: float = 30.0) -> dict[str, object]
     raise AssertionError(f"no {event} in {log.read_text(errors='replace')[-2000:]}")
 
 
+@pytest.mark.slow  # about 16 s: a reload, then 8 s of idle measured
 def test_big_files_in_the_rules_directory_cost_no_idle_cpu(httpbin: str, tmp_path: Path) -> None:
     """A 100 MB file and a 7 MB one dropped into a watched rules directory: the reload is
     refused with a ``file:1:`` line, the rule in force keeps working, and the idle watcher

@@ -3,6 +3,7 @@ gunicorn, nginx) changes nothing that works direct."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import resource
@@ -427,3 +428,83 @@ def test_new_client_gets_in_when_idle_keep_alives_fill_the_cap(
         for sock in held:
             sock.close()
         stop(running.proc)
+
+
+# --- a replay of the held-out corpus ---------------------------------------------------------
+
+
+def _envelopes(document: object) -> Iterator[dict[str, object]]:
+    """Every envelope in an answer: the JSON one, or inside a JSON-RPC error or GraphQL entry."""
+    if isinstance(document, dict):
+        if "rule" in document and "upstream_status" in document:
+            yield document
+            return
+        for value in document.values():
+            yield from _envelopes(value)
+    elif isinstance(document, list):
+        for value in document:
+            yield from _envelopes(value)
+
+
+def _heldout() -> list[dict[str, object]]:
+    from tests.test_heldout import _load  # noqa: PLC0415
+
+    return [c for c in _load() if "response" in c]
+
+
+def test_heldout_replay_keeps_every_answer(tmp_path: Path) -> None:
+    """Every response of the held-out corpus (hundreds of real error bodies and successes,
+    many 502/503/504 in a row) through one ``mend run --upstream``, in order: no answer is a
+    circuit's, each error keeps its upstream status, each success passes byte for byte."""
+    from proxy.ruletest import ResponseSpec  # noqa: PLC0415
+    from tests.hostile.procs import raw_server, read_head  # noqa: PLC0415
+
+    cases = _heldout()
+    canned: list[tuple[int, bytes, dict[str, str]]] = []
+    for case in cases:
+        spec = ResponseSpec.model_validate(case["response"])
+        body, headers = spec.raw()
+        canned.append((spec.status, body, headers))
+
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = (await read_head(reader)).decode("latin-1").lower()
+            index = int(head.split("x-case: ", 1)[1].split("\r\n", 1)[0])
+            status, body, headers = canned[index]
+            lines = [f"HTTP/1.1 {status} X"]
+            lines += [f"{k}: {v}" for k, v in headers.items() if k.lower() != "content-length"]
+            lines.append(f"Content-Length: {len(body)}")
+            writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+            await writer.drain()
+
+    with raw_server(upstream) as server:
+        running = mend_run(f"http://127.0.0.1:{server.port}", tmp_path / "mend.log")
+        try:
+            host, port = "127.0.0.1", running.port
+            conn = http.client.HTTPConnection(host, port, timeout=10)
+            circuit_answers, wrong = 0, []
+            for index, case in enumerate(cases):
+                request = case.get("request") or {}
+                assert isinstance(request, dict)
+                conn.request(
+                    str(request.get("method", "GET")),
+                    str(request.get("path", "/")),
+                    headers={"X-Case": str(index)},
+                )
+                resp = conn.getresponse()
+                body = resp.read()
+                status, sent, _ = canned[index]
+                if status < 400:
+                    if (resp.status, body) != (status, sent):
+                        wrong.append(case["id"])
+                    continue
+                envelopes = list(_envelopes(json.loads(body)))
+                circuit_answers += any(e["rule"] == "proxy.upstream_unavailable" for e in envelopes)
+                if not envelopes or any(e["upstream_status"] != status for e in envelopes):
+                    wrong.append(case["id"])
+        finally:
+            stop(running.proc)
+    assert len(cases) > 200
+    assert sum(1 for s, _, _ in canned if s in (502, 503, 504)) > 20
+    assert circuit_answers == 0
+    assert wrong == []

@@ -22,11 +22,13 @@ from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
 
 from proxy import body as bodies
-from proxy import intake, nesting, relay
+from proxy import intake, nesting, redirect, relay
 from proxy.build import BuildOptions
 from proxy.catalog import BASE as CATALOG_BASE
 from proxy.catalog import Catalog, catalog_pages
 from proxy.connection import AgentServer
+from proxy.crosscall.circuit import Blocked, LastError, open_answer
+from proxy.crosscall.operation import operation_key
 from proxy.crosscall.review import body_digest
 from proxy.crosscall.view import CrossCall
 from proxy.engine import Engine, Loaded, RuleStore
@@ -56,7 +58,7 @@ from proxy.mcptools import internal as tool_calls
 from proxy.mcptools.server import ToolServers
 from proxy.metrics import Metrics, RepeatTracker
 from proxy.openapi.gate import PRESET, OpenAPIGate
-from proxy.passthrough import passthrough_headers
+from proxy.passthrough import Redirect, passthrough_headers
 from proxy.protocols.base import Call, Inspection, Protocol, ProtocolName, Rendered
 from proxy.protocols.detect import Detector, default_protocols
 from proxy.protocols.graphql import RESPONSE_TYPE as GRAPHQL_RESPONSE
@@ -64,6 +66,7 @@ from proxy.protocols.sse import Event, EventRewriter
 from proxy.redact import Redactor, is_internal_header
 from proxy.render import Negotiator, Rendering, render, safe_header_value
 from proxy.request_id import request_id
+from proxy.retry import retry_after_ms
 from proxy.retry_safety import LISTING_MARKER, RetrySafety
 from proxy.rulecheck import OWN_FAILURE_VARS
 from proxy.ruleset import Match, RuleSet
@@ -86,6 +89,10 @@ _RID: web.RequestKey[str] = web.RequestKey("mend.request_id", str)
 _TRACE: web.RequestKey[RequestTrace] = web.RequestKey("mend.trace")
 #: the configuration a request runs on, from its first byte to its last (``proxy/generation.py``)
 _GEN: web.RequestKey[Generation] = web.RequestKey("mend.generation", Generation)
+#: the operation whose circuit a request counts in (CONTRACT §7), when circuits are on
+_OP: web.RequestKey[str] = web.RequestKey("mend.operation", str)
+#: seconds the request waited on the upstream: its response head, an error body being read
+_WAITED: web.RequestKey[float] = web.RequestKey("mend.waited_s", float)
 #: the caller's own session summary, on the agent port (CONTRACT §7)
 SESSION_PATH = "/_mend/session"
 
@@ -200,14 +207,19 @@ class Proxy:
                 )
             if route.validate_requests or (tool_call and PRESET in request):
                 sent = await self.openapi.check(request, route, sent)
-            # 1. forward, unless the route's circuit is open
-            if self.circuits.enabled and (wait := await self.circuits.blocked_ms(route_name)):
-                raise CircuitOpen(f"circuit open for {wait} ms more", wait_ms=wait)
-            with upstream_errors():
-                upstream = await self._forward(request, runtime, target, rid, sent)
+            # 1. forward, unless the operation's circuit is open
+            if self.circuits.enabled:
+                await self._closed(request, route)
+            forward_at = time.perf_counter()
+            try:
+                with upstream_errors():
+                    upstream = await self._forward(request, runtime, target, rid, sent)
+            finally:
+                request[_WAITED] = time.perf_counter() - forward_at
             upstream_s = time.perf_counter() - started
-            if self.circuits.counts(upstream.status) or self.circuits.dirty(route_name):
-                await self._circuit(route_name, upstream.status)
+            key = request.get(_OP)
+            if key and self.circuits.dirty(key) and not self.circuits.counts(upstream.status):
+                await self.circuits.succeeded(key)
             self.metrics.for_route(route_name).upstream_duration.observe(upstream_s)
         except ProxyFailure as failure:
             return await self._fail(request, exchange, runtime, failure, started, upstream_s, call)
@@ -242,12 +254,14 @@ class Proxy:
                 if is_success and protocol is None
                 else gen.settings.error_body_max_bytes
             )
+            read_at = time.perf_counter()
             raw, complete = await relay.read_capped(
                 upstream,
                 limit,
                 runtime.route.error_body_timeout,
                 give_up=is_success and protocol is not None,
             )
+            request[_WAITED] += time.perf_counter() - read_at
             if is_success and complete and _lists_tools(call):
                 self._learn_tools(route_name, raw, upstream, gen)
             if is_success and not complete:
@@ -256,7 +270,7 @@ class Proxy:
                     request, exchange, response, started, upstream_s, "passthrough"
                 )
             if is_success and not relay.may_hold_errors(protocol, upstream, raw):
-                response = relay.buffered(upstream, raw, rid)
+                response = relay.buffered(upstream, raw, rid, self._redirect(request, runtime))
                 return await self._finish(
                     request, exchange, response, started, upstream_s, "passthrough"
                 )
@@ -274,7 +288,7 @@ class Proxy:
             # 4-7. match, build, redact, render: in the agent's protocol when it speaks one
             answered = await self._answer(request, runtime, ruleset, exchange, upstream, call)
             if answered is None:  # an inspected success that no rule calls an error
-                response = relay.buffered(upstream, raw, rid)
+                response = relay.buffered(upstream, raw, rid, self._redirect(request, runtime))
                 return await self._finish(
                     request, exchange, response, started, upstream_s, "passthrough"
                 )
@@ -354,6 +368,7 @@ class Proxy:
             log=self.log,
             events=events,
             broken=broken,
+            redirect=self._redirect(request, runtime),
         )
 
     async def _tunnel(
@@ -427,6 +442,35 @@ class Proxy:
         # the agent reached us under this host; a Host header that is not a plain host is ignored
         host = request.host if _HOST.match(request.host or "") else gen.settings.listen
         return replace(gen.options, docs_base_url=f"{request.scheme}://{host}")
+
+    def _redirect(self, request: web.BaseRequest, runtime: RouteRuntime) -> Redirect | None:
+        """What names mend instead of the upstream in the response's redirect headers."""
+        origin = runtime.redirects
+        if origin is None:
+            return None
+
+        def rewrite(name: str, value: str) -> str:
+            return redirect.rewrite(name, value, origin, self._agent_base(request, runtime))
+
+        return rewrite
+
+    @staticmethod
+    def _agent_base(request: web.BaseRequest, runtime: RouteRuntime) -> str:
+        """The origin the agent used (``public_url``, else ``X-Forwarded-Proto`` and
+        ``-Host``, else ``Host``) and the route's prefix when it is stripped."""
+        route = runtime.route
+        root = route.prefix.rstrip("/") if route.strip_prefix else ""
+        public = request[_GEN].settings.public_url
+        if public:
+            return public.rstrip("/") + root
+        headers = request.headers
+        scheme = headers.get("X-Forwarded-Proto", "").split(",", 1)[0].strip().lower()
+        if scheme not in ("http", "https"):
+            scheme = request.scheme
+        host = headers.get("X-Forwarded-Host", "").split(",", 1)[0].strip()
+        if not _HOST.match(host):
+            host = request.host if _HOST.match(request.host or "") else ""
+        return f"{scheme}://{host or request[_GEN].settings.listen}{root}"
 
     def _classify(
         self,
@@ -731,8 +775,6 @@ class Proxy:
     ) -> web.StreamResponse:
         if call is not None:
             await intake.read_rest(request, call, request[_GEN].settings.client_body_timeout)
-        if failure.upstream and runtime is not None:
-            await self._circuit(runtime.route.name, None, failure.reason)
         answered = self._failure_answer(request, exchange, failure, call)
         answered = await self._reviewed(request, exchange, call, answered, failure.status)
         response, envelope = self._failure_reply(request, exchange, runtime, failure, answered)
@@ -777,6 +819,8 @@ class Proxy:
         evaluation = rewrite(
             match, exchange, self._redactor(request, exchange.route), self._options(request)
         )
+        if isinstance(blocked := failure.context.get("blocked"), Blocked):
+            evaluation.envelope = open_answer(evaluation.envelope, blocked)
         if protocol is None or call is None:
             return Answer(None, [evaluation])
         rendered = protocol.render_whole(call, evaluation.envelope, failure.status)
@@ -837,18 +881,53 @@ class Proxy:
             )
         return answered
 
-    async def _circuit(self, route: str, status: int | None, reason: str = "") -> None:
-        """Tell the route's circuit how the upstream answered (``status``; ``None``: a failure
-        mend met, ``reason``)."""
-        if status is None:
-            if reason in ("unreachable", "timeout"):
-                await self.circuits.failed(route, reason)
-            else:
-                await self.circuits.succeeded(route)  # it answered, if badly
-        elif self.circuits.counts(status):
-            await self.circuits.failed(route, f"status {status}")
+    async def _closed(self, request: web.BaseRequest, route: Route) -> None:
+        """``CircuitOpen`` when the request's operation has its circuit open; else the request
+        goes on, its operation noted for what its answer tells the circuit."""
+        template = self.openapi.template(request, route) if route.openapi is not None else None
+        key = operation_key(route.name, request.method, request.rel_url.raw_path, template)
+        request[_OP] = key
+        blocked = await self.circuits.blocked(route.name, key)
+        if blocked is not None:
+            raise CircuitOpen(
+                f"circuit open for {blocked.wait_ms} ms more",
+                wait_ms=blocked.wait_ms,
+                blocked=blocked,
+            )
+
+    async def _circuit(
+        self,
+        request: web.BaseRequest,
+        exchange: Exchange,
+        status: int | None,
+        envelope: Envelope | None,
+        failure: ProxyFailure | None,
+    ) -> None:
+        """Tell the operation's circuit how the upstream answered, once the agent has its answer:
+        only unreachable, timed out, or a status of ``circuit.statuses`` counts; any other
+        answer the upstream gave resets the count (a success did already, in ``_handle``)."""
+        key = request.get(_OP)
+        if key is None:
+            return
+        if failure is not None:
+            if not failure.upstream:
+                return  # mend refused it, or the circuit was open: the upstream was not asked
+            if failure.reason not in ("unreachable", "timeout"):
+                await self.circuits.succeeded(key)  # it answered, if badly
+                return
+            reason = failure.reason
+        elif status is not None and self.circuits.counts(status):
+            reason = f"status {status}"
         else:
-            await self.circuits.succeeded(route)
+            return
+        last = None
+        if envelope is not None:
+            last = LastError(
+                envelope.code, envelope.message, envelope.category, envelope.upstream_status
+            )
+        # the wait the upstream itself asked for (Retry-After, a rate-limit reset), not a default
+        wait = retry_after_ms(exchange.headers) if exchange.headers else None
+        await self.circuits.failed(exchange.route, key, reason, last, wait)
 
     # --- send and observe ----------------------------------------------------------------------
 
@@ -875,6 +954,11 @@ class Proxy:
         except ConnectionError:
             pass
         self._observe(request, exchange, response, started, upstream_s, outcome, envelope, failure)
+        if self.circuits.enabled:
+            status = exchange.status
+            if status is None and outcome == "passthrough":
+                status = response.status  # a streamed answer is passed with its own status
+            await self._circuit(request, exchange, status, envelope, failure)
         return response
 
     def refuse(self, request: web.BaseRequest, failure: ProxyFailure) -> web.StreamResponse:
@@ -908,6 +992,8 @@ class Proxy:
         per_route = self.metrics.for_route(exchange.route)
         per_route.outcome(outcome).inc()
         trace = request.get(_TRACE) if self.tracer is not None else None
+        own = elapsed - request.get(_WAITED, 0.0) - request.get(relay.STREAMED, 0.0)
+        per_route.processing_duration.observe(max(own, 0.0))
         line = _log_line(exchange, response.status, outcome, elapsed)
         if trace is None:
             per_route.request_duration.observe(elapsed)
@@ -1066,6 +1152,7 @@ class MendServer(AgentServer):
             header_timeout=settings.client_header_timeout,
             max_connections=settings.max_connections,
             max_per_client=settings.max_connections_per_client,
+            on_idle_closed=proxy.metrics.idle_closed.inc,
             keepalive_timeout=settings.keepalive_timeout,
             max_line_size=settings.max_request_line,
             max_field_size=settings.max_header_size,

@@ -52,6 +52,11 @@ DEFAULT_HINT: dict[Action, str] = {
     Action.REPORT_BUG: "Do not retry {op} unchanged; report this error with its request id.",
 }
 
+#: ``fix_request``'s hint when the upstream said nothing a fix could follow (no message, no field)
+UNSAID_HINT = (
+    "Check the fields, types and allowed values the API documents for {op} (it did not say what "
+    "is wrong), correct the request, then send it again."
+)
 #: An upstream's gateway answered that it got no answer: the request may have taken effect.
 _AMBIGUOUS_STATUSES = frozenset({502, 504})
 _WARN = (
@@ -331,14 +336,26 @@ def build(
     next_operation = text(compiled.next_operation)
     operation = _operation(exchange)
     message = text(compiled.message) or _default_message(spec.category, exchange, lookup)
-    hint = text(compiled.hint) or DEFAULT_HINT[action].format(
-        wait=wait, op=operation, next=next_operation or "the operation named in next_operation"
+    # a fix "as the message says" needs a message that says something: a rule whose message is
+    # the upstream's own words (or none) on a response that had none says nothing
+    unsaid = (
+        action is Action.FIX_REQUEST
+        and not invalid
+        and "upstream_message" in (spec.message or "upstream_message")
+        and not lookup("upstream_message")
+    )
+    hint = text(compiled.hint) or (
+        UNSAID_HINT.format(op=operation)
+        if unsaid
+        else DEFAULT_HINT[action].format(
+            wait=wait, op=operation, next=next_operation or "the operation named in next_operation"
+        )
     )
     rendered_steps = render(compiled.steps) if compiled.steps is not None else None
     steps = (
         [_single_line(s) for s in rendered_steps if s]
         if isinstance(rendered_steps, list)
-        else _default_steps(action, operation, wait, invalid, next_operation)
+        else _default_steps(action, operation, wait, invalid, next_operation, unsaid=unsaid)
     )
     if again is Resend.KEYED:
         hint = f"{hint} {KEY_SENTENCE}"
@@ -484,13 +501,22 @@ def _default_steps(
     wait: int | None,
     invalid: list[InvalidField],
     next_operation: str | None,
+    *,
+    unsaid: bool = False,
 ) -> list[str]:
     if action is Action.RETRY:
         return [f"Wait {wait} ms.", f"Send {operation} again unchanged."]
     if action is Action.FIX_REQUEST:
         fixes = [f"Change {f.field}: {f.reason.rstrip('.')}." for f in invalid]
         return [
-            *(fixes or ["Change the request as the message says."]),
+            *(
+                fixes
+                or [
+                    f"Check the request against what the API documents for {operation}."
+                    if unsaid
+                    else "Change the request as the message says."
+                ]
+            ),
             f"Send {operation} again.",
         ]
     if action is Action.CALL_OTHER_OPERATION:

@@ -65,6 +65,7 @@ def _settings_from_args(args: argparse.Namespace) -> tuple[Settings, ConfigSourc
     overrides.update(_listener_tls(args))
     upstream_tls = _upstream_tls(args)
     if args.config:
+        _single_route_flags_unused(args)
         source = _config_source(args, overrides)
         return source.load(), source
     if not args.upstream:
@@ -99,6 +100,28 @@ def _settings_from_args(args: argparse.Namespace) -> tuple[Settings, ConfigSourc
         specific = [e for e in errors if tuple(e["loc"]) != ("routes",)] or errors
         raise StartupError(*map(_flag_problem, specific)) from None
     return settings, None
+
+
+#: ``mend run`` flags that describe the single route of ``--upstream``: a config has its own.
+_SINGLE_ROUTE_FLAGS = {
+    "upstream": "--upstream",
+    "success_rules": "--success-rules",
+    "protocol": "--protocol",
+    "read_timeout": "--read-timeout",
+    "connect_timeout": "--connect-timeout",
+    "openapi": "--openapi",
+    "validate_requests": "--validate-requests",
+}
+
+
+def _single_route_flags_unused(args: argparse.Namespace) -> None:
+    """With ``--config``, a single-route flag would be silently ignored: refuse it instead."""
+    given = [flag for key, flag in _SINGLE_ROUTE_FLAGS.items() if getattr(args, key, None)]
+    if given:
+        raise StartupError(
+            f"{given[0]}: not with --config; set it on the config's route "
+            "(--config FILE describes every route itself)"
+        )
 
 
 def _openapi_flags(args: argparse.Namespace) -> dict[str, object]:

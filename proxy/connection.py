@@ -5,8 +5,10 @@ bound by default and aiohttp does not:
 
 - a **header timeout** (nginx ``client_header_timeout``): from the first byte of a request head to
   its last; a client dripping its headers is disconnected, whatever the keep-alive timer says;
-- a **connection cap** (``max_connections``, optionally per client address): a connection past it
-  is answered with a 503 envelope at its first request and closed, never left waiting;
+- a **connection cap** (``max_connections``, optionally per client address): at the cap the
+  longest-idle keep-alive connection (one that has served a request and waits for the next) is
+  closed to make room, as nginx does when it runs short; only when none is idle is a connection
+  past the cap answered with a 503 envelope at its first request and closed, never left waiting;
 - **envelopes for requests mend refuses itself**: aiohttp answers a malformed request, an
   over-long request line or too many headers with a plain-text 400; here they get the agent's
   envelope (414, 431, 400) through ``Refuser``, with a request id and one JSON log line.
@@ -69,6 +71,31 @@ class AgentConnection(web.RequestHandler):
         self.over_limit = over_limit
         self.refuse = refuse
         self._head_deadline: asyncio.TimerHandle | None = None
+        #: a response went out on this connection: between requests it is an idle keep-alive
+        self.served = False
+
+    async def finish_response(
+        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        done = await super().finish_response(request, resp, start_time)
+        self.served = True
+        return done
+
+    @property
+    def idle_until(self) -> float | None:
+        """When the keep-alive timer closes this connection if it is idle between requests
+        (it served one, waits for the next, holds no byte of it); else ``None``."""
+        close_at = self._next_keepalive_close_time
+        if (
+            self.served
+            and self._waiter is not None
+            and not self._messages
+            and not self._request_in_progress
+            and self._head_deadline is None
+            and not self._force_close
+        ):
+            return close_at
+        return None
 
     def data_received(self, data: bytes) -> None:
         # bytes while no request is parsed or running begin a request head: its clock starts
@@ -121,9 +148,12 @@ class AgentServer(web.Server):
         header_timeout: float,
         max_connections: int,
         max_per_client: int | None,
+        on_idle_closed: Callable[[], None] = lambda: None,
         **kwargs: Any,
     ) -> None:
         super().__init__(handler, **kwargs)
+        #: called for each idle keep-alive connection closed to make room at the cap
+        self.on_idle_closed = on_idle_closed
         self.refuse = refuse
         self.header_timeout = header_timeout
         self.max_connections = max_connections
@@ -145,9 +175,26 @@ class AgentServer(web.Server):
         client = _client(transport)
         self.per_client[client] += 1
         if isinstance(handler, AgentConnection):
-            handler.over_limit = len(self._connections) > self.max_connections or (
+            over = len(self._connections) > self.max_connections and not self._make_room(handler)
+            handler.over_limit = over or (
                 self.max_per_client is not None and self.per_client[client] > self.max_per_client
             )
+
+    def _make_room(self, new: AgentConnection) -> bool:
+        """Close the longest-idle keep-alive connection for ``new``; whether one was."""
+        oldest: AgentConnection | None = None
+        oldest_until = 0.0
+        for other in self._connections:
+            if other is new or not isinstance(other, AgentConnection):
+                continue
+            until = other.idle_until
+            if until is not None and (oldest is None or until < oldest_until):
+                oldest, oldest_until = other, until
+        if oldest is None:
+            return False
+        oldest.force_close()  # its connection_lost follows from the loop, and frees its place
+        self.on_idle_closed()
+        return True
 
     def connection_lost(
         self, handler: web.RequestHandler, exc: BaseException | None = None

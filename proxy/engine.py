@@ -53,7 +53,9 @@ def _redactors(settings: Settings, problems: list[str]) -> tuple[dict[str, Redac
         if additions not in built:
             # neutral="": a value that is all internals becomes empty, so the envelope falls
             # back to its own default sentence (evaluate.agent_redactor)
-            built[additions] = Redactor(build_set(shipped, additions), neutral="")
+            built[additions] = Redactor(
+                build_set(shipped, additions, max_bytes=settings.max_file_bytes), neutral=""
+            )
         return built[additions]
 
     try:
@@ -101,7 +103,9 @@ class Engine:
     @classmethod
     def load(cls, settings: Settings) -> Engine:
         """Load and compile every rule file the settings name; ``RuleError`` lists all problems."""
-        shared = load_rules(settings.rule_paths(), settings.disabled_packs)
+        shared = load_rules(
+            settings.rule_paths(), settings.disabled_packs, max_bytes=settings.max_file_bytes
+        )
         fallbacks = _builtin(FALLBACKS)
         compiled: dict[str, Rule] = {}
 
@@ -115,7 +119,7 @@ class Engine:
         problems: list[str] = []
         for route in settings.routes:
             try:
-                own_rules = load_rules(route.rules)
+                own_rules = load_rules(route.rules, max_bytes=settings.max_file_bytes)
             except RuleError as exc:
                 problems.extend(exc.problems)
                 continue

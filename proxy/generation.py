@@ -25,6 +25,7 @@ from yarl import URL
 from proxy.build import BuildOptions
 from proxy.engine import Loaded
 from proxy.forward import Upstreams
+from proxy.redirect import UpstreamOrigin
 from proxy.settings import Route, Settings
 from proxy.target import Origin
 
@@ -35,6 +36,8 @@ class RouteRuntime:
     origin: Origin
     upstream_host: str | None
     timeout: aiohttp.ClientTimeout
+    #: how redirect headers name the upstream (``None``: the route does not rewrite them)
+    redirects: UpstreamOrigin | None
 
     @classmethod
     def of(cls, route: Route) -> RouteRuntime:
@@ -44,7 +47,8 @@ class RouteRuntime:
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=route.connect_timeout, sock_read=route.read_timeout
         )
-        return cls(route, Origin.parse(route.upstream), host, timeout)
+        redirects = UpstreamOrigin.of(route.upstream) if route.rewrite_redirects else None
+        return cls(route, Origin.parse(route.upstream), host, timeout, redirects)
 
 
 class Generation:

@@ -35,6 +35,7 @@ _LATENCY_BUCKETS = (
     30.0,
 )
 _REWRITE_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
+_PROCESSING_BUCKETS = (*_REWRITE_BUCKETS, 0.25, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,7 @@ class RouteMetrics:
     request_duration: Histogram
     upstream_duration: Histogram
     rewrite_duration: Histogram
+    processing_duration: Histogram
 
     def outcome(self, outcome: str) -> Counter:
         counter: Counter = getattr(self, outcome)
@@ -120,6 +122,14 @@ class Metrics:
             buckets=_REWRITE_BUCKETS,
             registry=registry,
         )
+        self.processing_duration = Histogram(
+            "mend_processing_duration_seconds",
+            "mend's own time per request: its duration less the wait for the upstream's "
+            "response head (and error body) and the time a passed-through body streams.",
+            ["route"],
+            buckets=_PROCESSING_BUCKETS,
+            registry=registry,
+        )
         self.reloads = Counter(
             "mend_rule_reloads", "Rule reloads, by result.", ["result"], registry=registry
         )
@@ -166,6 +176,12 @@ class Metrics:
             ["route", "direction"],
             registry=registry,
         )
+        self.idle_closed = Counter(
+            "mend_idle_connections_closed",
+            "Idle keep-alive agent connections closed to make room for a new one at "
+            "max_connections.",
+            registry=registry,
+        )
         self._routes: dict[str, RouteMetrics] = {}
         Gauge(
             "mend_build_info",
@@ -189,6 +205,7 @@ class Metrics:
                 request_duration=self.request_duration.labels(route),
                 upstream_duration=self.upstream_duration.labels(route),
                 rewrite_duration=self.rewrite_duration.labels(route),
+                processing_duration=self.processing_duration.labels(route),
             )
         return cached
 

@@ -2,6 +2,7 @@
 changes nginx and Envoy make too (CONTRACT §3, README "What passes through untouched").
 
 Changed on every passed-through response: hop-by-hop headers dropped (``forward.end_to_end``),
+redirect headers naming the upstream rewritten to name mend (``proxy/redirect.py``),
 the upstream's ``Server`` replaced by ``mend`` and the headers that name its software dropped
 (nginx ``server_tokens``/``proxy_hide_header``, Envoy ``server_name``), ``X-Request-ID`` set to
 the request's id. aiohttp adds a ``Date`` when the upstream sent none, as both proxies do; it
@@ -11,6 +12,7 @@ response classes here prevent.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -18,15 +20,27 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.forward import end_to_end
 from proxy.rawhead import head_bytes, is_ascii
+from proxy.redirect import HEADERS as REDIRECT_HEADERS
 
+#: A redirect header's value as the agent gets it: ``(name, value) -> value``
+#: (``proxy/redirect.py``); ``None`` where a route does not rewrite them.
+Redirect = Callable[[str, str], str]
 #: Response headers naming the upstream's software, dropped from every response.
 BANNERS = ("server", "x-powered-by", "x-aspnet-version", "x-aspnetmvc-version", "x-sourcefiles")
 
 
-def passthrough_headers(headers: CIMultiDictProxy[str], request_id: str) -> CIMultiDict[str]:
+def passthrough_headers(
+    headers: CIMultiDictProxy[str], request_id: str, redirect: Redirect | None = None
+) -> CIMultiDict[str]:
     out = end_to_end(headers, drop=BANNERS)
     out["Server"] = "mend"
     out["X-Request-ID"] = request_id
+    if redirect is not None:
+        for name in REDIRECT_HEADERS:
+            if name in out:
+                values = out.popall(name)
+                for value in values:
+                    out.add(name, redirect(name, value))
     return out
 
 

@@ -8,6 +8,7 @@ rewrites goes out event by event (``EventRewriter``).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import aiohttp
@@ -15,14 +16,18 @@ from aiohttp import web
 from structlog.typing import FilteringBoundLogger
 
 from proxy.failures import UpstreamResponseTooLarge, upstream_errors
-from proxy.passthrough import PassedResponse, PassedStream, passthrough_headers
+from proxy.passthrough import PassedResponse, PassedStream, Redirect, passthrough_headers
 from proxy.protocols.base import Protocol
 from proxy.protocols.sse import EventRewriter
 
-#: Success bodies up to this size are read whole and sent in one write.
+#: Success bodies up to this size are sent in one write when they have arrived whole with their
+#: headers; a body still arriving is streamed whatever its length.
 SMALL_BODY = 64 << 10
 #: Set once a response's headers went to the agent: past it, a failure can only abort.
 STARTED: web.RequestKey[bool] = web.RequestKey("mend.response_started", bool)
+#: Seconds a passed-through body took to stream, its headers sent (paced by the two ends, not
+#: mend: ``mend_processing_duration_seconds`` leaves it out).
+STREAMED: web.RequestKey[float] = web.RequestKey("mend.streamed_s", float)
 #: Media types whose bodies are read as they arrive, event by event, never whole.
 STREAM_TYPES = frozenset(
     {
@@ -35,13 +40,15 @@ STREAM_TYPES = frozenset(
 )
 
 
-def buffered(upstream: aiohttp.ClientResponse, raw: bytes, rid: str) -> web.StreamResponse:
+def buffered(
+    upstream: aiohttp.ClientResponse, raw: bytes, rid: str, redirect: Redirect | None = None
+) -> web.StreamResponse:
     """The upstream's response with ``raw`` as its whole body."""
     return PassedResponse(
         status=upstream.status,
         reason=upstream.reason,
         body=raw,
-        headers=passthrough_headers(upstream.headers, rid),
+        headers=passthrough_headers(upstream.headers, rid, redirect),
     )
 
 
@@ -56,6 +63,7 @@ async def stream(
     log: FilteringBoundLogger,
     events: EventRewriter | None = None,
     broken: Callable[[aiohttp.ClientError], bytes] | None = None,
+    redirect: Redirect | None = None,
 ) -> web.StreamResponse:
     """Pass a response through as it arrives: status, end-to-end headers, bytes (``head``
     first: what was read of it already). When the upstream fails mid-stream, ``broken`` may
@@ -76,19 +84,41 @@ async def stream(
         and request.method != "HEAD"
         and upstream.status not in (204, 304)
     ):
-        # one write for headers and body instead of three: most API answers are this small
+        # one write for headers and body instead of three when the whole body is here already,
+        # as most API answers are; one still arriving streams from what came (never waited for)
         with upstream_errors():
-            body = await upstream.read()
-        if events is not None:
-            body = events.feed(body) + events.close()
-        return buffered(upstream, body, rid)
+            head = upstream.content.read_nowait()
+        if upstream.content.at_eof():
+            if events is not None:
+                head = events.feed(head) + events.close()
+            return buffered(upstream, head, rid, redirect)
     response = PassedStream(
         status=upstream.status,
         reason=upstream.reason,
-        headers=passthrough_headers(upstream.headers, rid),
+        headers=passthrough_headers(upstream.headers, rid, redirect),
     )
     await response.prepare(request)
     request[STARTED] = True
+    began = time.perf_counter()
+    try:
+        return await _relay(request, upstream, response, head, rid, log, events, broken)
+    finally:
+        request[STREAMED] = time.perf_counter() - began
+
+
+async def _relay(
+    request: web.BaseRequest,
+    upstream: aiohttp.ClientResponse,
+    response: web.StreamResponse,
+    head: bytes,
+    rid: str,
+    log: FilteringBoundLogger,
+    events: EventRewriter | None,
+    broken: Callable[[aiohttp.ClientError], bytes] | None,
+) -> web.StreamResponse:
+    """The body, as it arrives, after the headers went out."""
+    if head and events is not None:
+        head = events.feed(head)  # read before it was known to be still arriving
     if head:
         await response.write(head)
     try:
@@ -101,6 +131,8 @@ async def stream(
         if events is not None and (rest := events.close()):
             await response.write(rest)
     except aiohttp.ClientError as exc:
+        if isinstance(exc, ConnectionResetError):
+            raise  # writing to the agent failed: it hung up (the caller logs a 499)
         # headers are gone already: the only honest signals left are a last event saying so
         # (an event stream whose call was not answered) or an aborted connection
         log.warning("upstream_stream_broken", request_id=rid, error=type(exc).__name__)

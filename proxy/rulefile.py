@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from proxy.envelope import Action, Category, Severity
 from proxy.query import Query, compile_query
 from proxy.rulecheck import TEMPLATE_FIELDS, never_matching, undefined_variables
+from proxy.sourcefile import read_text
 from proxy.template import Template, TemplateError
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -419,11 +420,23 @@ def _construct(
     return loader.construct_object(node, deep=True)
 
 
+#: PyYAML contexts whose mark is where the mistake is (an unclosed quote, bracket or brace, a key
+#: missing its colon), while the problem's mark is where the parser noticed, often a line later.
+_STARTED_AT = ("while scanning", "while parsing a flow")
+
+
 def _yaml_problem(exc: yaml.YAMLError, name: str) -> str:
     mark = getattr(exc, "problem_mark", None)
     line = mark.line + 1 if mark is not None else 1
     problem = getattr(exc, "problem", None) or str(exc)
     kind = "YAML" if isinstance(exc, _YamlBound) else "YAML syntax"
+    context = getattr(exc, "context", None)
+    context_mark = getattr(exc, "context_mark", None)
+    if context and context_mark is not None and context.startswith(_STARTED_AT):
+        started = context_mark.line + 1
+        if started != line:
+            return f"{name}:{started}: {kind}: {problem} ({context} from here to line {line})"
+        return f"{name}:{line}: {kind}: {problem} ({context})"
     return f"{name}:{line}: {kind}: {problem}"
 
 
@@ -522,8 +535,12 @@ def rule_files(paths: Iterable[Path], kind: str = "rule") -> Iterator[Path]:
             raise RuleError([f"{path}:1: no such {kind} file or directory"])
 
 
-def load_rules(paths: Iterable[Path], disabled_packs: Iterable[str] = ()) -> list[LoadedRule]:
-    """Load and validate every file; all problems of all files are reported together."""
+def load_rules(
+    paths: Iterable[Path], disabled_packs: Iterable[str] = (), *, max_bytes: int = 8 << 20
+) -> list[LoadedRule]:
+    """Load and validate every file (each at most ``max_bytes``, ``proxy/sourcefile.py``); all
+    problems of all files are reported together."""
+
     disabled = set(disabled_packs)
     problems: list[str] = []
     loaded: list[LoadedRule] = []
@@ -534,7 +551,7 @@ def load_rules(paths: Iterable[Path], disabled_packs: Iterable[str] = ()) -> lis
         raise RuleError(exc.problems) from None
     for file in files:
         try:
-            text = file.read_text(encoding="utf-8")
+            text = read_text(file, max_bytes)
             rules = load_rule_text(text, str(file), default_pack=file.stem)
         except RuleError as exc:
             problems.extend(exc.problems)

@@ -10,7 +10,7 @@ A case file is YAML::
         response:
           status: 422
           headers: {Content-Type: application/json}
-          json: {detail: [...]}    # or body: "raw text" (exactly one of json/body)
+          json: {detail: [...]}    # or body: "raw text" (at most one; neither: no body)
         expect:                    # a subset of the envelope's ``error`` object
           rule: fastapi.validation
           code: VALIDATION_FAILED
@@ -131,12 +131,13 @@ class ResponseSpec(_Model):
     @model_validator(mode="after")
     def _one_body(self) -> ResponseSpec:
         given = [n for n in ("json_", "body") if n in self.model_fields_set]
-        if len(given) != 1:
-            raise ValueError("give exactly one of json: or body:")
+        if len(given) > 1:
+            raise ValueError("give json: or body:, not both (neither: a response with no body)")
         return self
 
     def raw(self) -> tuple[bytes, dict[str, str]]:
-        """The body bytes and headers; a ``json:`` body is sent as application/json by default."""
+        """The body bytes (none when neither ``json:`` nor ``body:`` is given) and headers; a
+        ``json:`` body is sent as application/json by default."""
         headers = dict(self.headers)
         if "json_" in self.model_fields_set:
             if not any(k.lower() == "content-type" for k in headers):

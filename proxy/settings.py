@@ -18,6 +18,7 @@ from proxy.protocols.base import ProtocolName
 from proxy.redaction.config import RedactionSettings
 from proxy.render import Rendering
 from proxy.rulefile import RuleError, parse_yaml, validation_problems
+from proxy.sourcefile import MAX_FILE_BYTES, read_text
 from proxy.tracing import TracingSettings
 
 
@@ -143,6 +144,9 @@ class Route(_Model):
     #: seconds to read a whole error body (or a success peek) that a rule set inspects
     error_body_timeout: float = Field(30.0, gt=0)
     preserve_host: bool = False
+    #: ``Location``, ``Content-Location`` and ``Refresh`` naming the upstream's origin are
+    #: rewritten to the agent's origin and this route's prefix (nginx ``proxy_redirect default``)
+    rewrite_redirects: bool = True
     #: TLS to an https:// upstream: trust, client certificate, server name
     tls: UpstreamTLS | None = None
     #: an active health check; while it fails, /readyz answers 503 naming this route
@@ -212,6 +216,8 @@ class Settings(_Model):
     request_body_max_bytes: int | None = Field(None, gt=0)
     response_body_max_bytes: int | None = Field(None, gt=0)
     watch_rules: bool = True
+    #: the largest rule, detector (and config) file mend reads; a larger one is refused
+    max_file_bytes: int = Field(MAX_FILE_BYTES, gt=0, le=1 << 30)
     workers: int = Field(1, ge=1)
     # --- agent connections: every wait bounded, every table capped (README "Limits") ---------
     #: seconds for a client to send a whole request head (nginx ``client_header_timeout``)
@@ -348,8 +354,8 @@ def load_settings(path: Path, overrides: dict[str, object] | None = None) -> Set
     """Read a config file; relative rule paths are relative to the file. ``RuleError`` on error."""
     name = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
+        text = read_text(path)  # the default cap: the file's own max_file_bytes is not known yet
+    except (OSError, UnicodeDecodeError) as exc:
         raise RuleError([f"{name}:1: cannot read config: {exc}"]) from exc
     data, lines = parse_yaml(text, name)
     if not isinstance(data, dict):

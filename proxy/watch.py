@@ -11,6 +11,12 @@ each interval it takes the (mtime, size, inode, checksum) of every rule file the
 directory means its YAML files, so adding or removing one counts -- and when that changes it waits
 until the files stay still for ``debounce`` seconds (an editor's save in several writes is one
 reload), then reloads once.
+
+It compares ``stat`` first and reads nothing when size, mtime and inode are what they were: the
+checksum (two saves within one mtime tick still differ) is computed again only for a file whose
+``stat`` changed or whose mtime is within ``FRESH_NS`` of now, and never for a file over
+``max_file_bytes``. An idle mend costs a few ``stat`` calls a second whatever the size of its
+rule set (it read and summed every file on every poll: 9.4 % of a core with a 100 MB file).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
@@ -27,6 +34,7 @@ from structlog.typing import FilteringBoundLogger
 from proxy.engine import Engine, RuleStore
 from proxy.rulefile import RuleError
 from proxy.settings import Settings, needs_restart
+from proxy.sourcefile import MAX_FILE_BYTES
 
 #: One reload at a time (the watcher, the admin port and SIGHUP each reload in a thread): two
 #: overlapping loads could otherwise finish out of order and leave the older files' rules in force.
@@ -103,32 +111,63 @@ def watched_paths(settings: Settings, config: Path | None = None) -> list[Path]:
     return list(dict.fromkeys(paths))
 
 
-def _signature(path: Path) -> Signature | None:
-    """mtime, size, inode and a checksum: two saves within one mtime tick still differ."""
-    try:
-        st = path.stat()
-        crc = zlib.crc32(path.read_bytes())
-    except OSError:
-        return None
-    return (st.st_mtime_ns, st.st_size, st.st_ino, crc)
+#: A file modified this recently may be written again within the same mtime tick: its checksum
+#: is taken on every look until it is older.
+FRESH_NS = 2_000_000_000
+
+
+class Looker:
+    """Takes snapshots, remembering each file's checksum for as long as its ``stat`` holds."""
+
+    def __init__(self, max_bytes: int = MAX_FILE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._sums: dict[str, tuple[tuple[int, int, int], int]] = {}
+
+    def signature(self, path: Path) -> Signature | None:
+        """mtime, size, inode and a checksum (-1 for a file over the cap: it is not read)."""
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        key = str(path)
+        stat = (st.st_mtime_ns, st.st_size, st.st_ino)
+        known = self._sums.get(key)
+        if known is not None and known[0] == stat and time.time_ns() - st.st_mtime_ns > FRESH_NS:
+            return (*stat, known[1])
+        if st.st_size > self.max_bytes:
+            crc = -1
+        else:
+            try:
+                with path.open("rb") as handle:
+                    crc = zlib.crc32(handle.read(self.max_bytes + 1))
+            except OSError:
+                return None
+        self._sums[key] = (stat, crc)
+        return (*stat, crc)
+
+    def snapshot(self, paths: Iterable[Path]) -> Snapshot:
+        """What the watched files look like now; a missing file is ``None``."""
+        out: Snapshot = {}
+        for path in paths:
+            if path.is_dir():
+                try:
+                    children = sorted(path.iterdir())
+                except OSError:
+                    out[str(path)] = None
+                    continue
+                for child in children:
+                    if child.suffix in {".yaml", ".yml"}:
+                        out[str(child)] = self.signature(child)
+            else:
+                out[str(path)] = self.signature(path)
+        for gone in self._sums.keys() - out.keys():
+            del self._sums[gone]
+        return out
 
 
 def snapshot(paths: Iterable[Path]) -> Snapshot:
-    """What the watched files look like now; a missing file is ``None``."""
-    out: Snapshot = {}
-    for path in paths:
-        if path.is_dir():
-            try:
-                children = sorted(path.iterdir())
-            except OSError:
-                out[str(path)] = None
-                continue
-            for child in children:
-                if child.suffix in {".yaml", ".yml"}:
-                    out[str(child)] = _signature(child)
-        else:
-            out[str(path)] = _signature(path)
-    return out
+    """What the watched files look like now (every checksum taken afresh)."""
+    return Looker().snapshot(paths)
 
 
 class RuleWatcher:
@@ -149,6 +188,7 @@ class RuleWatcher:
         self.debounce = debounce
         self.config = config
         self._task: asyncio.Task[None] | None = None
+        self.looker = Looker(store.settings.max_file_bytes)
 
     @property
     def paths(self) -> list[Path]:
@@ -159,16 +199,17 @@ class RuleWatcher:
         """Wait until the files stop changing (each look ``debounce`` apart)."""
         while True:
             await asyncio.sleep(self.debounce)
-            now = await asyncio.to_thread(snapshot, self.paths)
+            now = await asyncio.to_thread(self.looker.snapshot, self.paths)
             if now == seen:
                 return now
             seen = now
 
     async def run(self) -> None:
-        last = await asyncio.to_thread(snapshot, self.paths)
+        last = await asyncio.to_thread(self.looker.snapshot, self.paths)
         while True:
             await asyncio.sleep(self.interval)
-            now = await asyncio.to_thread(snapshot, self.paths)
+            self.looker.max_bytes = self.store.settings.max_file_bytes  # a reload may change it
+            now = await asyncio.to_thread(self.looker.snapshot, self.paths)
             if now == last:
                 continue
             settled = await self._settled(now)
@@ -184,7 +225,7 @@ class RuleWatcher:
             except Exception as exc:  # the watcher must outlive any one bad reload
                 self.log.error("rules_reload_failed", trigger="watch", error=repr(exc))
             if self.paths != watched:  # the reloaded config names other files: watch those
-                fresh = await asyncio.to_thread(snapshot, self.paths)
+                fresh = await asyncio.to_thread(self.looker.snapshot, self.paths)
                 last = {**fresh, **{k: v for k, v in settled.items() if k in fresh}}
 
     def start(self) -> asyncio.Task[None]:

@@ -110,7 +110,7 @@ def test_coverage_uses_the_extra_rule_files(
     ("name", "text", "problem"),
     [
         ("nginx.html", "<html></html>", "no status: name the file like 503-nginx.html"),
-        ("bad.yaml", "response: {status: 500}\n", "exactly one of json: or body:"),
+        ("bad.yaml", "response: {status: 500, json: {}, body: x}\n", "not both"),
         ("x.txt", "x", "status"),
     ],
 )

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from proxy.crosscall.circuit import Blocked
 from proxy.crosscall.config import SessionSettings, StateSettings
 from proxy.crosscall.memory import MemoryStore
 from proxy.crosscall.patterns import load_suggestions
@@ -20,6 +21,7 @@ from tests.conftest import Mend, StartMend, StartUpstream
 from tests.test_app import free_port
 
 FASTAPI_422 = {"detail": [{"loc": ["body", "qty"], "msg": "must be > 0", "type": "value_error"}]}
+_NEVER = Blocked(0, "", 0, None)
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 
@@ -242,7 +244,7 @@ def test_patterns_table_names_every_category_once() -> None:
 async def test_circuit_opens_answers_at_once_and_closes_after_a_probe(
     start_upstream: StartUpstream, start_mend: StartMend
 ) -> None:
-    """3 consecutive 503s open the circuit: UPSTREAM_UNAVAILABLE at once without an upstream
+    """3 consecutive 503s open the circuit: the last 503's code at once without an upstream
     call, retry_after_ms = the time left; after open_s one probe goes through and closes it."""
     calls = []
     healthy = False
@@ -262,7 +264,9 @@ async def test_circuit_opens_answers_at_once_and_closes_after_a_probe(
     resp = await mend.client.get("/api/x")
     error = (await resp.json())["error"]
     assert resp.status == 503
-    assert error["code"] == "UPSTREAM_UNAVAILABLE"
+    assert error["code"] == "SERVICE_UNAVAILABLE"
+    assert error["rule"] == "proxy.upstream_unavailable"
+    assert "UPSTREAM_UNAVAILABLE" in error["related_codes"]
     assert error["retryable"] is True
     assert 0 < error["retry_after_ms"] <= 500
     assert len(calls) == 3
@@ -281,13 +285,18 @@ async def test_circuit_failed_probe_opens_again(start_mend: StartMend) -> None:
     mend = await start_mend(
         f"http://127.0.0.1:{free_port()}", circuit={"failures": 2, "open_s": 0.3}
     )
-    codes = [(await (await mend.client.get("/x")).json())["error"]["code"] for _ in range(3)]
-    assert codes == ["UPSTREAM_UNREACHABLE", "UPSTREAM_UNREACHABLE", "UPSTREAM_UNAVAILABLE"]
+    rules = [(await (await mend.client.get("/x")).json())["error"]["rule"] for _ in range(3)]
+    assert rules == [
+        "proxy.upstream_unreachable",
+        "proxy.upstream_unreachable",
+        "proxy.upstream_unavailable",
+    ]
     await asyncio.sleep(0.35)
     probe = (await (await mend.client.get("/x")).json())["error"]
-    assert probe["code"] == "UPSTREAM_UNREACHABLE"
+    assert probe["rule"] == "proxy.upstream_unreachable"
     after = (await (await mend.client.get("/x")).json())["error"]
-    assert after["code"] == "UPSTREAM_UNAVAILABLE"
+    assert after["rule"] == "proxy.upstream_unavailable"
+    assert after["code"] == "UPSTREAM_UNREACHABLE"  # the last real error's
     assert after["retry_after_ms"] > 200
 
 
@@ -305,11 +314,65 @@ async def test_a_success_resets_the_count(
     assert seen == [503, 503, 200, 503, 503, 200]
 
 
-async def test_circuit_off_with_zero_failures(start_mend: StartMend) -> None:
-    """``circuit.failures: 0`` turns the breaker off."""
-    mend = await start_mend(f"http://127.0.0.1:{free_port()}", circuit={"failures": 0})
-    codes = {(await (await mend.client.get("/x")).json())["error"]["code"] for _ in range(8)}
-    assert codes == {"UPSTREAM_UNREACHABLE"}
+async def test_circuit_off_by_default(start_mend: StartMend) -> None:
+    """Without ``circuit.failures`` there is no breaker: eight unreachable answers, all real."""
+    mend = await start_mend(f"http://127.0.0.1:{free_port()}")
+    rules = {(await (await mend.client.get("/x")).json())["error"]["rule"] for _ in range(8)}
+    assert rules == {"proxy.upstream_unreachable"}
+
+
+async def test_circuit_covers_one_operation(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """An open circuit on ``GET /items/{id}`` leaves ``GET /items`` and ``POST /items/{id}``
+    on the same route untouched, and covers ``GET /items/8`` (ids collapse)."""
+    calls: list[str] = []
+
+    async def down(request: web.Request) -> web.Response:
+        calls.append(request.method + request.path)
+        return web.json_response({"error": "down"}, status=503)
+
+    upstream = await start_upstream(
+        {"GET /items/{id}": down, "POST /items/{id}": _ok, "/items": _ok}
+    )
+    mend = await start_mend(upstream, circuit={"failures": 2, "open_s": 30})
+    for _ in range(2):
+        await mend.client.get("/items/7")
+    blocked = await mend.client.get("/items/8")
+    assert (await blocked.json())["error"]["rule"] == "proxy.upstream_unavailable"
+    assert calls == ["GET/items/7", "GET/items/7"]
+    assert (await mend.client.get("/items")).status == 200
+    assert (await mend.client.post("/items/7", json={})).status == 200
+
+
+async def test_4xx_never_opens_a_circuit(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """Ten 429s and 404s in a row are the request's fault: every one reaches the upstream."""
+    mend = await start_mend(
+        await start_upstream({"/x": _limited}), circuit={"failures": 2, "statuses": [503]}
+    )
+    rules = {(await (await mend.client.get("/x")).json())["error"]["rule"] for _ in range(10)}
+    assert "proxy.upstream_unavailable" not in rules
+
+
+async def test_open_circuit_honours_a_longer_retry_after(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """A 503 with ``Retry-After: 120`` opens the circuit for 120 s, not ``open_s``'s 1 s."""
+
+    async def busy(_: web.Request) -> web.Response:
+        return web.Response(status=503, text="busy", headers={"Retry-After": "120"})
+
+    mend = await start_mend(
+        await start_upstream({"/x": busy}), circuit={"failures": 1, "open_s": 1}
+    )
+    await mend.client.get("/x")
+    resp = await mend.client.get("/x")
+    error = (await resp.json())["error"]
+    assert error["rule"] == "proxy.upstream_unavailable"
+    assert 110_000 < error["retry_after_ms"] <= 120_000
+    assert 110 < int(resp.headers["Retry-After"]) <= 120
 
 
 async def test_unreachable_store_fails_open_within_the_timeout(
@@ -397,10 +460,94 @@ async def test_a_probe_that_never_reports_is_given_up() -> None:
         log,
         shared=False,
     )
-    await circuits.failed("r", "unreachable")
-    assert (await circuits.blocked_ms("r") or 0) > 0
+    await circuits.failed("r", "r GET /x", "unreachable", None, None)
+    assert ((await circuits.blocked("r", "r GET /x")) or _NEVER).wait_ms > 0
     await asyncio.sleep(0.25)
-    assert await circuits.blocked_ms("r") is None  # the probe: never reports back
-    assert await circuits.blocked_ms("r") == 1000  # the others wait for it
+    assert await circuits.blocked("r", "r GET /x") is None  # the probe: never reports back
+    assert ((await circuits.blocked("r", "r GET /x")) or _NEVER).wait_ms == 1000  # others wait
     await asyncio.sleep(0.25)
-    assert await circuits.blocked_ms("r") is None  # given up: a new probe
+    assert await circuits.blocked("r", "r GET /x") is None  # given up: a new probe
+
+
+async def test_a_tools_is_error_never_opens_a_circuit(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """Five MCP tool results with ``isError: true`` (in 200s) with ``failures: 1``: every call
+    reaches the upstream and comes back a tool result, none a circuit's answer."""
+    calls: list[int] = []
+
+    async def tool(request: web.Request) -> web.Response:
+        call = await request.json()
+        calls.append(call["id"])
+        result = {"content": [{"type": "text", "text": "disk full"}], "isError": True}
+        return web.json_response({"jsonrpc": "2.0", "id": call["id"], "result": result})
+
+    mend = await start_mend(await start_upstream({"/mcp": tool}), circuit={"failures": 1})
+    headers = {"Accept": "application/json", "MCP-Protocol-Version": "2025-06-18"}
+    for call_id in range(1, 6):
+        call = {
+            "jsonrpc": "2.0",
+            "id": call_id,
+            "method": "tools/call",
+            "params": {"name": "save", "arguments": {}},
+        }
+        answer = await (await mend.client.post("/mcp", json=call, headers=headers)).json()
+        assert answer["result"]["isError"] is True
+        assert answer["result"]["_meta"]["mend/error"]["rule"] != "proxy.upstream_unavailable"
+    assert calls == [1, 2, 3, 4, 5]
+
+
+async def test_a_documented_operation_is_one_circuit(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """With an OpenAPI document the circuit is the documented operation: failures of
+    ``GET /orders/abc`` open ``GET /orders/{orderId}`` for ``/orders/xyz`` too (no id-like
+    segment in either), and leave ``GET /orders/latest``, another operation, alone."""
+    from tests.test_openapi_proxy import SPECS  # noqa: PLC0415
+
+    calls: list[str] = []
+
+    async def one(request: web.Request) -> web.Response:
+        calls.append(request.path)
+        return web.json_response({"error": "down"}, status=503)
+
+    upstream = await start_upstream(
+        {"GET /api/v1/orders/latest": _ok, "GET /api/v1/orders/{id}": one}
+    )
+    url = str(upstream.make_url("/api/v1")).rstrip("/")
+    mend = await start_mend(url, route={"openapi": SPECS[0]}, circuit={"failures": 2})
+    for _ in range(2):
+        await mend.client.get("/orders/abc")
+    blocked = (await (await mend.client.get("/orders/xyz")).json())["error"]
+    assert blocked["rule"] == "proxy.upstream_unavailable"
+    assert "GET /orders/{orderId}" in blocked["hint"]
+    assert calls == ["/api/v1/orders/abc", "/api/v1/orders/abc"]
+    assert (await mend.client.get("/orders/latest")).status == 200
+
+
+async def test_circuit_tables_are_capped() -> None:
+    """Agents choose paths: past ``MAX_VIEWS`` / ``MAX_CIRCUITS`` distinct operations the
+    oldest are forgotten, the tables never grow beyond their caps."""
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415
+
+    from proxy.crosscall import circuit, memory  # noqa: PLC0415
+    from proxy.crosscall.config import CircuitSettings  # noqa: PLC0415
+    from proxy.crosscall.guard import Guard  # noqa: PLC0415
+    from proxy.logs import make_logger  # noqa: PLC0415
+
+    registry, log = CollectorRegistry(), make_logger(io.StringIO())
+    store = MemoryStore()
+    circuits = circuit.Circuits(
+        CircuitSettings(failures=3),
+        store,
+        Guard(50, 60, registry, log),
+        registry,
+        log,
+        shared=False,
+    )
+    for n in range(circuit.MAX_VIEWS + 50):
+        key = f"r GET /w{'x' * (n % 7)}/{chr(97 + n % 26)}{n:x}"
+        await circuits.blocked("r", key)
+        await circuits.failed("r", key, "unreachable", None, None)
+    assert len(circuits._views) <= circuit.MAX_VIEWS
+    assert len(store._circuits) <= memory.MAX_CIRCUITS

@@ -108,7 +108,7 @@ async def test_patterns_appear_across_replicas(
 async def test_circuit_opened_by_one_replica_is_seen_by_the_other(
     start_upstream: StartUpstream, start_mend: StartMend, redis_server: RedisServer
 ) -> None:
-    """Replica A's failures open the route's circuit; B answers UPSTREAM_UNAVAILABLE without
+    """Replica A's failures open the operation's circuit; B answers from it without
     calling the upstream once its next look at the store (refresh_s) has happened."""
     calls: list[str] = []
 
@@ -127,14 +127,15 @@ async def test_circuit_opened_by_one_replica_is_seen_by_the_other(
         await a.client.get("/x")
     assert len(calls) == 3  # the shared count reached 3: open
     blocked = (await (await a.client.get("/x")).json())["error"]
-    assert blocked["code"] == "UPSTREAM_UNAVAILABLE"
+    assert blocked["rule"] == "proxy.upstream_unavailable"
+    assert blocked["code"] == "SERVICE_UNAVAILABLE"  # the last real error's
     assert len(calls) == 3
     await asyncio.sleep(0.2)
     await b.client.get("/x")  # starts B's next look at the store, not waiting for it
     await asyncio.sleep(0.1)
     resp = await b.client.get("/x")
     error = (await resp.json())["error"]
-    assert error["code"] == "UPSTREAM_UNAVAILABLE"
+    assert error["rule"] == "proxy.upstream_unavailable"
     assert 25_000 < error["retry_after_ms"] <= 30_000
     assert len(calls) <= 4
     assert b.metric("mend_circuit_state", route="default") == 1
@@ -152,7 +153,9 @@ async def test_a_success_costs_no_redis_command(
         return web.json_response({"ok": True})
 
     upstream = await start_upstream({"/ok": ok, "/bad": _invalid})
-    a, _ = await _replicas(start_mend, upstream, redis_server, circuit={"refresh_s": 60})
+    a, _ = await _replicas(
+        start_mend, upstream, redis_server, circuit={"failures": 5, "refresh_s": 60}
+    )
     client = aioredis.Redis.from_url(redis_server.url)
     try:
         await a.client.get("/ok")  # the first look at the circuit

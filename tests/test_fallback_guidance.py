@@ -131,3 +131,43 @@ def test_a_sentence_with_only_the_status_keeps_no_detail() -> None:
     assert result is not None
     assert result.envelope.message == "Bad credentials"
     assert result.envelope.upstream_detail is None
+
+
+def test_basic_challenge_is_not_told_to_get_a_token() -> None:
+    """httpbin's empty 401 with ``WWW-Authenticate: Basic``: the hint covers a username and
+    password, not only an access token."""
+    result = _run(
+        {"status": 401, "headers": {"www-authenticate": 'Basic realm="Fake Realm"'}, "body": ""},
+        {"method": "GET", "path": "/basic-auth/u/p"},
+    )
+    assert result is not None
+    assert result.envelope.rule == "fallback.401"
+    assert "username and password" in result.envelope.hint
+
+
+def test_empty_500_is_not_called_fatal() -> None:
+    """A 500 with no body shows nothing permanent: severity error, no claim it fails again."""
+    result = _run({"status": 500, "headers": {}, "body": ""}, {"method": "GET", "path": "/x"})
+    assert result is not None
+    assert result.envelope.severity.value == "error"
+    assert "fails the same way" not in result.envelope.hint
+
+
+def test_bare_422_does_not_point_at_a_message_that_says_nothing() -> None:
+    """A 422 with an empty body: the hint sends the agent to the documented fields, not to
+    'the message'; one with a message keeps pointing at it."""
+    bare = _run({"status": 422, "headers": {}, "body": ""}, {"method": "POST", "path": "/o"})
+    assert bare is not None
+    assert "as the message says" not in bare.envelope.hint
+    assert bare.envelope.hint.startswith("Check the fields, types and allowed values")
+    said = _run(
+        {
+            "status": 422,
+            "headers": {"content-type": "application/json"},
+            "body": '{"message": "qty must be positive"}',
+        },
+        {"method": "POST", "path": "/o"},
+    )
+    assert said is not None
+    assert said.envelope.message == "qty must be positive"
+    assert "as the message says" in said.envelope.hint

@@ -508,7 +508,11 @@ def test_template_variables() -> None:
         ("redactions", r"sum by \(kind\) \(increase\(mend_redactions_total"),
         ("upstream failures", r"sum by \(reason\) \(rate\(mend_upstream_failures_total"),
         ("p99 latency", r"histogram_quantile\(0\.99, .*mend_request_duration_seconds_bucket"),
-        ("overhead", r"mend_request_duration_seconds_sum.* - .*mend_upstream_duration_seconds_sum"),
+        (
+            "overhead",
+            r"mend_processing_duration_seconds_sum.*/ .*mend_processing_duration_seconds_count",
+        ),
+        ("p99 overhead", r"histogram_quantile\(0\.99, .*mend_processing_duration_seconds_bucket"),
         ("rewrite", r"histogram_quantile\(0\.95, .*mend_rewrite_duration_seconds_bucket"),
         ("reload status", r"mend_rules_last_reload_successful"),
         ("reload results", r"sum by \(result\) \(increase\(mend_rule_reloads_total"),

@@ -203,6 +203,16 @@ def test_upstream_without_scheme_is_one_line_naming_the_flag() -> None:
     assert "http:// or https://" in line
 
 
+def test_upstream_next_to_config_is_refused(tmp_path: Path) -> None:
+    """``--upstream`` with ``--config`` was silently ignored: now one line saying why not."""
+    config = tmp_path / "mend.yaml"
+    config.write_text("routes:\n  - {name: a, upstream: 'http://127.0.0.1:9'}\n")
+    line = _one_error_line(
+        _mend("run", "--config", str(config), "--upstream", "http://127.0.0.1:8")
+    )
+    assert line.startswith("mend: error: --upstream: not with --config")
+
+
 def test_run_without_upstream_is_one_line() -> None:
     """No --upstream and no --config: what to give."""
     line = _one_error_line(_mend("run"))

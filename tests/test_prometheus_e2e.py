@@ -177,6 +177,26 @@ async def slow(_: web.Request) -> web.Response:
     return web.json_response({"late": True})
 
 
+async def drip(request: web.Request) -> web.StreamResponse:
+    """Four bytes over two seconds, with a Content-Length: a slow stream, not slow mend."""
+    response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+    response.content_length = 4
+    await response.prepare(request)
+    for _ in range(4):
+        await response.write(b"*")
+        await asyncio.sleep(0.5)
+    await response.write_eof()
+    return response
+
+
+async def echo(request: web.Request) -> web.WebSocketResponse:
+    ws = web.WebSocketResponse()
+    await ws.prepare(request)
+    async for message in ws:
+        await ws.send_str(message.data)
+    return ws
+
+
 async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """Answers any request with bytes that are not HTTP."""
     await reader.readuntil(b"\r\n\r\n")
@@ -217,6 +237,8 @@ class UpstreamThread:
         app.router.add_get("/orders/9", missing)
         app.router.add_get("/maintenance", unavailable)
         app.router.add_get("/slow/thing", slow)
+        app.router.add_get("/drip", drip)
+        app.router.add_get("/echo", echo)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -275,12 +297,23 @@ def mend_config(path: Path, up: Upstreams) -> None:
                         "upstream": f"{local}:{up.http_port}",
                         "read_timeout": 0.3,
                     },
+                    {
+                        "name": "stream",
+                        "prefix": "/stream",
+                        "upstream": f"{local}:{up.http_port}",
+                        "strip_prefix": True,
+                    },
+                    {
+                        "name": "ws",
+                        "prefix": "/ws",
+                        "upstream": f"{local}:{up.http_port}",
+                        "strip_prefix": True,
+                    },
                     {"name": "api", "prefix": "/", "upstream": f"{local}:{up.http_port}"},
                 ],
-                # /maintenance's twenty 503s in a row would open the api route's circuit and
-                # answer the next round's /ok with UPSTREAM_UNAVAILABLE; unreachable and timed
-                # out upstreams still open theirs (the circuit panel shows them)
-                "circuit": {"statuses": [502, 504]},
+                # circuits are opt-in; on here so the circuit panel shows them: unreachable and
+                # timed out upstreams open theirs (per operation), 503s do not count
+                "circuit": {"failures": 5, "statuses": [502, 504]},
             }
         ),
         encoding="utf-8",
@@ -316,6 +349,7 @@ TRAFFIC: list[tuple[str, str, dict[str, Any] | None, int]] = [
     ("GET", "/dead/x", None, 15),  # unreachable upstream
     ("GET", "/broken/x", None, 15),  # not HTTP: protocol error
     ("GET", "/slow/thing", None, 6),  # read timeout
+    ("GET", "/stream/drip", None, 6),  # a slow stream (2 s), passed through
 ]
 
 
@@ -330,7 +364,22 @@ async def send_traffic(base: str) -> dict[int, int]:
                 await resp.read()
                 statuses[resp.status] = statuses.get(resp.status, 0) + 1
 
-        await asyncio.gather(*(one(m, p, b) for m, p, b, n in TRAFFIC for _ in range(n)))
+        async def abandoned() -> None:
+            # the agent hangs up after the first byte of a slow stream: 499, client_closed
+            async with sem, session.get(base + "/stream/drip") as resp:
+                await resp.content.readexactly(1)
+                resp.close()
+
+        async def websocket() -> None:
+            async with sem, session.ws_connect(base + "/ws/echo") as ws:
+                await ws.send_str("hi")
+                assert (await ws.receive(timeout=5)).data == "hi"
+
+        await asyncio.gather(
+            *(one(m, p, b) for m, p, b, n in TRAFFIC for _ in range(n)),
+            *(abandoned() for _ in range(4)),
+            *(websocket() for _ in range(6)),
+        )
     return statuses
 
 
@@ -448,6 +497,41 @@ def test_dashboard_query_returns_data(stack: Stack, title: str, expr: str) -> No
     answer = prom_query(stack.prometheus, grafana_expand(expr))
     assert answer["status"] == "success", answer
     assert answer["data"]["result"], f"{title}: no data for {grafana_expand(expr)}"
+
+
+def _panel(title: str, ref: str = "A") -> str:
+    return dict(dashboard_targets())[f"{title} [{ref}]"]
+
+
+def _value(stack: Stack, expr: str, route: str) -> float:
+    answer = prom_query(stack.prometheus, grafana_expand(expr.replace("$route", route)))
+    assert answer["status"] == "success", answer
+    (series,) = answer["data"]["result"]
+    return float(series["value"][1])
+
+
+def test_proxy_overhead_leaves_out_a_slow_stream(stack: Stack) -> None:
+    """On the route serving only 2 s drips (and hang-ups), "Proxy overhead" is mend's own
+    milliseconds, not the 2 s the body took to stream (request minus upstream time said 2 s)."""
+    expr = _panel("Proxy overhead")
+    request_mean = (
+        'sum(rate(mend_request_duration_seconds_sum{route=~"$route"}[$__rate_interval])) / '
+        'sum(rate(mend_request_duration_seconds_count{route=~"$route"}[$__rate_interval]))'
+    )
+    assert _value(stack, request_mean, "stream") > 1.0  # the streams were slow
+    assert _value(stack, expr, "stream") < 0.1
+    assert _value(stack, _panel("Proxy overhead", "B"), "stream") < 0.25
+
+
+def test_error_share_leaves_out_websockets_and_hang_ups(stack: Stack) -> None:
+    """Routes with only WebSocket sessions, passed-through streams and agents that hung up
+    have an error share of 0; the mixed api route's is above 0."""
+    expr = _panel("Error share")
+    for outcome in ("client_closed", "websocket"):  # the traffic had both
+        count = f'sum(increase(mend_requests_total{{outcome="{outcome}"}}[5m]))'
+        assert _value(stack, count, "") > 0, outcome
+    assert _value(stack, expr, "stream|ws") == 0.0
+    assert _value(stack, expr, "api") > 0.3
 
 
 @pytest.mark.parametrize(("alert", "expr"), alert_exprs(), ids=[a for a, _ in alert_exprs()])

@@ -60,7 +60,10 @@ rules:
             3,
             "Extra inputs",
         ),
-        ("rules:\n  - id: a.b\n    envelope: {code: X\n", 4, "YAML syntax"),
+        # an unclosed brace, quote or bracket: the line it opens on, not where it was noticed
+        ("rules:\n  - id: a.b\n    envelope: {code: X\n", 3, "YAML syntax"),
+        ("rules:\n  - id: 'a.b\n    envelope: {code: X}\n", 2, "from here to line 4"),
+        ("rules:\n  - id: a.b\n    when:\n      status: 1\n     envelope: {}\n", 5, "YAML syntax"),
     ],
 )
 def test_errors_name_file_and_line(text: str, line: int, fragment: str) -> None:

@@ -161,9 +161,10 @@ def test_case_rules_come_before_the_packs(tmp_path: Path) -> None:
     ("case", "line", "message"),
     [
         (
-            "  - name: x\n    response: {status: 422}\n    expect: passthrough\n",
+            "  - name: x\n    response: {status: 422, json: {}, body: x}\n"
+            "    expect: passthrough\n",
             4,
-            "exactly one of",
+            "not both",
         ),
         (
             "  - name: x\n    response: {status: 422, body: ''}\n    expect: {cod: X}\n",
@@ -190,6 +191,18 @@ def test_malformed_cases_report_file_and_line(
     loaded, problems = load_cases([file])
     assert loaded == []
     assert any(p.startswith(f"{file}:{line}:") and message in p for p in problems), problems
+
+
+def test_a_response_with_no_body_needs_no_body_key(tmp_path: Path) -> None:
+    """httpbin's empty 401, recorded as ``{status: 401, headers: ...}``, runs as an empty body."""
+    case = """
+      - name: an empty 401 with a Basic challenge
+        response: {status: 401, headers: {WWW-Authenticate: 'Basic realm="Fake Realm"'}}
+        expect: {upstream_status: 401, category: auth}
+    """
+    write(tmp_path, "c.yaml", cases(textwrap.dedent(case)))
+    report = run_tests([tmp_path / "c.yaml"])
+    assert (report.passed, report.problems) == (1, ())
 
 
 def test_rule_files_in_the_tests_directory_are_not_cases(tmp_path: Path) -> None:

@@ -81,14 +81,17 @@ class StateSettings(_Model):
 
 
 class CircuitSettings(_Model):
-    """Per route: after ``failures`` consecutive upstream failures, answer at once for
-    ``open_s`` seconds."""
+    """Per operation, opt-in: after ``failures`` consecutive unreachable, timed-out or
+    overloaded answers, answer at once for ``open_s`` seconds (or the upstream's longer
+    ``Retry-After``)."""
 
-    #: consecutive upstream failures that open a route's circuit (0: never)
-    failures: int = Field(5, ge=0, le=10_000)
+    #: consecutive upstream failures that open an operation's circuit (0, the default: off,
+    #: since an open circuit may refuse a request the upstream would have served)
+    failures: int = Field(0, ge=0, le=10_000)
     #: seconds it stays open before one probe request may try the upstream
     open_s: float = Field(30.0, gt=0, le=3600)
-    #: upstream answers that count as failures, besides unreachable and timed out
+    #: upstream answers that count as failures (overloaded, gateway errors), besides
+    #: unreachable and timed out; 5xx only: a 4xx is the request's fault, never an outage
     statuses: tuple[int, ...] = (502, 503, 504)
     #: seconds between two looks at the shared store for circuits other replicas opened
     refresh_s: float = Field(1.0, gt=0, le=60)

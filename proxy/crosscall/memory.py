@@ -58,12 +58,17 @@ class _Session:
         return gone
 
 
+#: operations whose circuit counts are kept (one small list each)
+MAX_CIRCUITS = 10_000
+
+
 class MemoryStore:
     def __init__(self, max_entries: int = 100_000) -> None:
         self.max_entries = max_entries
         self.entries = 0
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
-        #: route -> [consecutive failures, open until (epoch ms), probe taken until (epoch ms)]
+        #: operation -> [consecutive failures, open until (epoch ms), probe taken until (epoch
+        #: ms)]; at most ``MAX_CIRCUITS``, the oldest dropped first
         self._circuits: dict[str, list[int]] = {}
 
     # --- repeats and patterns ----------------------------------------------------------------
@@ -128,7 +133,11 @@ class MemoryStore:
     # --- circuits ----------------------------------------------------------------------------
 
     async def circuit_failure(self, route: str, threshold: int, open_ms: int, now_ms: int) -> int:
-        state = self._circuits.setdefault(route, [0, 0, 0])
+        state = self._circuits.get(route)
+        if state is None:
+            while len(self._circuits) >= MAX_CIRCUITS:
+                del self._circuits[next(iter(self._circuits))]
+            state = self._circuits[route] = [0, 0, 0]
         if state[1] and state[1] <= now_ms:  # the half-open probe failed: open again
             state[0], state[1], state[2] = 0, now_ms + open_ms, 0
             return state[1]

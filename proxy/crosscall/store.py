@@ -83,7 +83,7 @@ class StateStore(Protocol):
         """The upstream answered: the count starts again, an open circuit closes (True)."""
 
     async def circuit_state(self, route: str) -> int:
-        """The time the route's circuit is open until (epoch ms; 0: closed)."""
+        """The time the operation's circuit is open until (epoch ms; 0: closed)."""
 
     async def circuit_probe(self, route: str, ttl_ms: int, now_ms: int) -> bool:
         """Whether this caller may send the one probe of a half-open circuit."""

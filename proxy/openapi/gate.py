@@ -102,6 +102,19 @@ class OpenAPIGate:
             raise RequestInvalid(violations)
         return None if body is None else _replay(head, body, complete)
 
+    def template(self, request: web.BaseRequest, route: Route) -> str | None:
+        """The documented path template of the request's operation, as the agent writes it
+        (what a circuit covers, ``proxy/crosscall/operation.py``); ``None`` without a document
+        or outside it."""
+        spec = self._specs(request).get(route.name)
+        if spec is None:
+            return None
+        mount = self._mount(route)
+        located = spec.locate(request.method, request.rel_url.raw_path, mount)
+        if located is None or located.match is None or located.match.operation is None:
+            return None
+        return spec.agent_path(located.match.operation.path, mount)
+
     def enrich(
         self,
         request: web.BaseRequest,

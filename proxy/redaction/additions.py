@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from proxy.redaction.config import RedactionSettings, compile_re2
 from proxy.redaction.detectors import DetectorSpec, LoadedDetector, load_detector_files
 from proxy.regex import escape
+from proxy.sourcefile import MAX_FILE_BYTES
 
 HOST_WORD = "an internal host"
 #: the shipped detector that internal domains and hosts of the operator run before
@@ -44,7 +45,7 @@ def _config(spec: DetectorSpec, key: str) -> LoadedDetector:
 
 
 def operator_detectors(
-    additions: RedactionSettings, known: Iterable[str] = ()
+    additions: RedactionSettings, known: Iterable[str] = (), *, max_bytes: int = MAX_FILE_BYTES
 ) -> list[LoadedDetector]:
     """The detectors ``additions`` make, then those of its detector files (``RuleError``)."""
     out: list[LoadedDetector] = []
@@ -123,5 +124,5 @@ def operator_detectors(
             before=anchor,
         )
         out.append(_config(spec, f"internal_hosts[{i}]"))
-    out.extend(load_detector_files(additions.detectors, shipped=False))
+    out.extend(load_detector_files(additions.detectors, shipped=False, max_bytes=max_bytes))
     return out

@@ -50,6 +50,7 @@ from pydantic import (
 from proxy.redaction import functions
 from proxy.regex import options, re2_source
 from proxy.rulefile import RuleError, exhausted, parse_yaml, rule_files, validation_problems
+from proxy.sourcefile import MAX_FILE_BYTES, read_text
 
 #: What a detector does with what it finds:
 #: ``mask`` (a secret: ``[redacted]`` for agents, ``[masked]`` in the operator's log),
@@ -337,13 +338,16 @@ def _parsed(text: str, name: str, shipped: bool) -> list[LoadedDetector]:
     return found
 
 
-def load_detector_files(paths: Iterable[Path], *, shipped: bool) -> list[LoadedDetector]:
-    """Every detector of every file, in order; all problems of all files together."""
+def load_detector_files(
+    paths: Iterable[Path], *, shipped: bool, max_bytes: int = MAX_FILE_BYTES
+) -> list[LoadedDetector]:
+    """Every detector of every file (each at most ``max_bytes``), in order; all problems of
+    all files together."""
     problems: list[str] = []
     loaded: list[LoadedDetector] = []
     for file in rule_files(paths, kind="detector"):
         try:
-            loaded.extend(_parsed(file.read_text("utf-8"), str(file), shipped))
+            loaded.extend(_parsed(read_text(file, max_bytes), str(file), shipped))
         except RuleError as exc:
             problems.extend(exc.problems)
         except (OSError, UnicodeDecodeError) as exc:

@@ -28,6 +28,7 @@ from proxy.redaction.detectors import (
     shipped_directory,
 )
 from proxy.regex import TriggerSet
+from proxy.sourcefile import MAX_FILE_BYTES
 
 
 def place(detectors: Sequence[LoadedDetector]) -> list[LoadedDetector]:
@@ -158,12 +159,16 @@ def load_shipped(directory: Path | None = None) -> list[LoadedDetector]:
 
 
 def build_set(
-    shipped: Sequence[LoadedDetector], additions: RedactionSettings | None = None
+    shipped: Sequence[LoadedDetector],
+    additions: RedactionSettings | None = None,
+    *,
+    max_bytes: int = MAX_FILE_BYTES,
 ) -> DetectorSet:
-    """``shipped`` with ``additions`` (``RuleError`` when an operator detector file is bad)."""
+    """``shipped`` with ``additions`` (``RuleError`` when an operator detector file is bad, or
+    over ``max_bytes``)."""
     if additions is None or additions.empty:
         return DetectorSet.build(shipped)
-    extra = operator_detectors(additions, [d.name for d in shipped])
+    extra = operator_detectors(additions, [d.name for d in shipped], max_bytes=max_bytes)
     return DetectorSet.build([*shipped, *extra], additions.allow)
 
 

@@ -94,6 +94,50 @@ def test_connection_past_the_cap_gets_a_prompt_503_envelope(
         assert status_of(raw_exchange(mend.port, REQUEST)) == 200
 
 
+KEEP_ALIVE = b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def _served_connections(port: int, count: int) -> list[socket.socket]:
+    """``count`` keep-alive connections that each had one request answered, now idle."""
+    sockets = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock.sendall(KEEP_ALIVE)
+        assert b" 200 " in sock.recv(65536).split(b"\r\n")[0]
+        sockets.append(sock)
+        time.sleep(0.05)  # distinct idle times: the first is the longest idle
+    return sockets
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    sock.settimeout(2)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_idle_keep_alive_connection_makes_room_at_the_cap(
+    tmp_path: Path, upstream: RawServer
+) -> None:
+    """At max_connections held by idle keep-alive connections, a new client is served: the
+    longest-idle connection is closed for it (counted), the others stay open."""
+    with mend_process(tmp_path, _config(upstream, max_connections=5)) as mend, ExitStack() as stack:
+        held = _served_connections(mend.port, 5)
+        for sock in held:
+            stack.callback(sock.close)
+        assert status_of(raw_exchange(mend.port, REQUEST, timeout=5)) == 200
+        assert _closed_by_peer(held[0])
+        held[1].sendall(KEEP_ALIVE)
+        assert b" 200 " in held[1].recv(65536).split(b"\r\n")[0]
+        metrics = raw_exchange(
+            mend.admin_port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        assert b"mend_idle_connections_closed_total 1.0" in metrics
+
+
 def test_per_client_cap_spares_other_clients(tmp_path: Path, upstream: RawServer) -> None:
     """max_connections_per_client limits one address; another loopback address is served."""
     config = _config(upstream, max_connections_per_client=2)

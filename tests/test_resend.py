@@ -178,7 +178,9 @@ async def test_open_circuit_was_not_applied(start_mend: StartMend) -> None:
         mend = await start_mend(url, circuit={"failures": 1, "open_s": 30})
         await _call(mend, "POST")
         error, headers = await _call(mend, "POST")
-    assert error["code"] == "UPSTREAM_UNAVAILABLE"
+    # the circuit's answer keeps the last real error's code and says it is the circuit's
+    assert (error["code"], error["rule"]) == ("UPSTREAM_UNREACHABLE", "proxy.upstream_unavailable")
+    assert "UPSTREAM_UNAVAILABLE" in error["related_codes"]
     assert (error["applied"], error["retryable"], error["action"]) == ("no", True, "retry")
     assert "Retry-After" in headers
 

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 MAX_VIOLATIONS = 50
 #: Characters of a received string echoed back; bytes of a received object or array.
 _ECHO_CHARS = 256
+_UNBUILT: Any = object()
 #: Headers OpenAPI says a parameter may not describe.
 _IGNORED_HEADERS = frozenset({"accept", "content-type", "authorization"})
 
@@ -96,7 +97,8 @@ def _absolute(schema: Any, depth: int = 0) -> Any:
 
 
 class Checker:
-    """Compiled validators for every operation of one document."""
+    """Validators for the operations of one document, each operation's compiled the first time a
+    request calls it (a document of 1,200 operations costs what the called ones need)."""
 
     def __init__(self, document: Document, operations: Operations) -> None:
         # imported here: a mend without documents does not pay for them at start-up
@@ -114,10 +116,9 @@ class Checker:
             base: Any = OAS30WriteValidator
             self._formats = oas30_format_checker
             self._rs_cls: Any = jsonschema_rs.Draft4Validator
-            data = _nullable_as_type(document.data)
         else:
             base, self._formats = OAS31Validator, oas31_format_checker
-            self._rs_cls, data = jsonschema_rs.Draft202012Validator, document.data
+            self._rs_cls = jsonschema_rs.Draft202012Validator
         keywords = {
             "pattern": _linear_pattern,
             "patternProperties": _linear_pattern_properties,
@@ -125,13 +126,33 @@ class Checker:
         }
         self._cls = extend(base, keywords)  # type: ignore[no-untyped-call]
         self._rs_options = jsonschema_rs.RegexOptions()
-        try:
-            self._rs_registry: Any = jsonschema_rs.Registry([(BASE_URI, data)])
-        except Exception:
-            self._rs_registry = None
-        self.operations: dict[tuple[str, str], CheckedOperation] = {
-            (op.method, op.path): self._compile(op) for op in operations.all
-        }
+        self._rs_registry: Any = _UNBUILT
+        self._documented = {(op.method, op.path): op for op in operations.all}
+        #: each called operation's validators (at most one per documented operation)
+        self._compiled: dict[tuple[str, str], CheckedOperation] = {}
+
+    def operation(self, method: str, path: str) -> CheckedOperation:
+        """The documented operation ``method path`` compiled (once); ``KeyError`` if unknown."""
+        key = (method, path)
+        found = self._compiled.get(key)
+        if found is None:
+            found = self._compiled[key] = self._compile(self._documented[key])
+        return found
+
+    def _registry(self) -> Any:
+        """jsonschema-rs's registry, built on the first compile: only the parts of the document
+        a ``$ref`` names (GitHub's schemas are 2.6 of its 13 MB), as draft 4 reads them."""
+        if self._rs_registry is _UNBUILT:
+            import jsonschema_rs  # noqa: PLC0415
+
+            data = _referenced(self.document)
+            if self.document.version == "3.0":
+                data = _nullable_as_type(data)
+            try:
+                self._rs_registry = jsonschema_rs.Registry([(BASE_URI, data)])
+            except Exception:
+                self._rs_registry = None
+        return self._rs_registry
 
     def _validator(self, schema: Any) -> Compiled:
         absolute = _absolute(schema)
@@ -139,7 +160,7 @@ class Checker:
             absolute, registry=self.document.registry, format_checker=self._formats
         )
         fast = None
-        if self._rs_registry is not None:
+        if self._registry() is not None:
             if self.document.version == "3.0":
                 absolute = _nullable_as_type(absolute)
             try:
@@ -184,7 +205,7 @@ class Checker:
         """Every violation of the operation ``match`` found (none: the request may go); ``body``
         ``None`` is a body not read (too large or content-encoded), ``b""`` no body."""
         assert match.operation is not None
-        checked = self.operations[(match.operation.method, match.operation.path)]
+        checked = self.operation(match.operation.method, match.operation.path)
         out: list[Violation] = []
         for param in checked.params:
             out.extend(self._param(param, match.params, query, headers))
@@ -337,6 +358,34 @@ class Checker:
                 facts.suggest(allowed, error.instance),
             )
         ]
+
+
+def _referenced(document: Document) -> dict[str, Any]:
+    """The document reduced to the subtrees its refs name, three segments deep
+    (``#/components/schemas/Pet``, ``#/paths/~1pets/get``), examples left out: the schemas a
+    ``$ref`` in a schema can reach."""
+    out: dict[str, Any] = {}
+    made = {id(out)}  # the dicts built here (the others are the document's own: never written)
+    for ref in document.refs:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in ref[2:].split("/")[:3]]
+        if not ref.startswith("#/") or parts[:2] == ["components", "examples"]:
+            continue
+        source: Any = document.data
+        target = out
+        for index, part in enumerate(parts):
+            if not isinstance(source, Mapping) or part not in source:
+                break
+            source = source[part]
+            if index == len(parts) - 1:
+                target[part] = source
+            else:
+                if part not in target:
+                    target[part] = {}
+                    made.add(id(target[part]))
+                target = target[part]
+                if id(target) not in made:
+                    break
+    return out
 
 
 @functools.lru_cache(maxsize=1024)

@@ -35,7 +35,8 @@ _BOUNDS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     )
 )
 _ENUM = re.compile(
-    r"(?:one of(?: the (?:following|allowed|valid|permitted))?(?: values)?|must be either|permitted(?: values)?(?: are)?|"
+    r"(?:one of(?: the (?:following|allowed|valid|permitted))?(?: values)?|must be either|"
+    r"permitted(?: values)?(?: are)?|"
     r"allowed values?(?: are)?|valid (?:values|options|choices) (?:are|is)|expected(?: one of)?)"
     r"\s*[:\-]?\s*(.+)$",
     re.I,

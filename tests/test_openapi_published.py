@@ -6,12 +6,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from proxy.openapi.spec import Spec
-from tests.published.documents import document
+from tests.published.documents import document, mend_run, prism
+
+#: Petstore's operations need a credential; Prism checks only that one is there.
+AUTH = {"Authorization": "Bearer agent", "api_key": "agent"}
 
 #: What loading GitHub's document may take on a shared two-core machine (about 1 s alone).
 GITHUB_LOAD_S = 8.0
@@ -62,3 +68,94 @@ def test_published_documents_load(name: str) -> None:
     spec = Spec.load(document(name))
     assert spec.operations.all
     assert all(op.id for op in spec.operations.all)
+
+
+@pytest.fixture(scope="module")
+def petstore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str]]:
+    """Prism mocking Petstore; ``mend run`` in front with the document and without: three URLs.
+
+    Prism serves the paths at its root whatever ``servers`` says, so mend is given the document
+    with ``servers`` naming that root, as an operator deploying a mock would."""
+    logs = tmp_path_factory.mktemp("petstore")
+    published = json.loads(document("petstore").read_bytes())
+    path = logs / "petstore.json"
+    path.write_text(json.dumps({**published, "servers": [{"url": "/"}]}))
+    with (
+        prism(path, logs / "prism.log") as upstream,
+        mend_run("--upstream", upstream, "--openapi", str(path), log=logs / "mend.log") as mend,
+        mend_run("--upstream", upstream, log=logs / "plain.log") as plain,
+    ):
+        yield upstream, mend, plain
+
+
+def _error(response: httpx.Response) -> dict[str, Any]:
+    error: dict[str, Any] = response.json()["error"]
+    return error
+
+
+def _fields(error: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f["field"]: f for f in error["invalid_fields"]}
+
+
+def test_prisms_body_violations_get_pointers_and_the_documented_enum(
+    petstore: tuple[str, str, str],
+) -> None:
+    """Prism's 422 ``validation[]`` becomes every field's pointer, the enum's values the
+    document's."""
+    _, mend, _ = petstore
+    body = {"name": 5, "photoUrls": "x", "status": "bogus"}
+    response = httpx.post(f"{mend}/pet", json=body, headers=AUTH, timeout=10)
+    assert response.status_code == 422
+    error = _error(response)
+    assert error["code"] == "VALIDATION_FAILED"
+    fields = _fields(error)
+    assert set(fields) == {"/name", "/photoUrls", "/status"}
+    assert fields["/status"]["allowed_values"]["enum"] == ["available", "pending", "sold"]
+    assert all(f["documented"] and f["location"] == "body" for f in fields.values())
+
+
+def test_prisms_problem_gets_pointers_without_a_document(petstore: tuple[str, str, str]) -> None:
+    """The pack alone reads Prism's ``validation[]``: pointers and the enum from the message."""
+    _, _, plain = petstore
+    body = {"name": "rex", "photoUrls": [], "status": "bogus"}
+    response = httpx.post(f"{plain}/pet", json=body, headers=AUTH, timeout=10)
+    fields = _fields(_error(response))
+    assert fields["/status"]["allowed_values"] == {"enum": ["available", "pending", "sold"]}
+
+
+def test_prisms_header_violation_names_the_documented_query_parameter(
+    petstore: tuple[str, str, str],
+) -> None:
+    """An empty 400 whose ``sl-violations`` header names ``status`` gets its pointer and enum."""
+    _, mend, _ = petstore
+    response = httpx.get(
+        f"{mend}/pet/findByStatus", params={"status": "bogus"}, headers=AUTH, timeout=10
+    )
+    assert response.status_code == 400
+    error = _error(response)
+    assert error["field"] == "/status"
+    status = _fields(error)["/status"]
+    assert status["location"] == "query"
+    assert status["allowed_values"]["enum"] == ["available", "pending", "sold"]
+
+
+def test_prisms_lowercased_path_parameter_is_named_as_documented(
+    petstore: tuple[str, str, str],
+) -> None:
+    """Prism says ``petid``; the envelope names the document's ``/petId``, a path parameter."""
+    _, mend, _ = petstore
+    response = httpx.get(f"{mend}/pet/abc", headers=AUTH, timeout=10)
+    assert response.status_code == 400
+    error = _error(response)
+    assert error["field"] == "/petId"
+    assert _fields(error)["/petId"]["location"] == "path"
+
+
+def test_prisms_successes_pass_byte_identical(petstore: tuple[str, str, str]) -> None:
+    """A documented success through mend is the bytes Prism sends directly."""
+    upstream, mend, _ = petstore
+    query = {"status": "available"}
+    direct = httpx.get(f"{upstream}/pet/findByStatus", params=query, headers=AUTH, timeout=10)
+    proxied = httpx.get(f"{mend}/pet/findByStatus", params=query, headers=AUTH, timeout=10)
+    assert direct.status_code == proxied.status_code == 200
+    assert proxied.content == direct.content

@@ -24,6 +24,7 @@ from urllib.parse import quote, unquote
 from proxy.envelope import Action, Category, Envelope, InvalidField
 from proxy.exchange import NOT_JSON
 from proxy.openapi import facts
+from proxy.openapi.named import named_fields
 from proxy.openapi.operations import Link, Operation, PathMatch, Template, split
 from proxy.openapi.spec import Mount, Spec
 from proxy.openapi.validate import Violation, echo
@@ -72,10 +73,11 @@ def enrich(
             return envelope
         return _redirect(envelope, spec, mount, request, located.spec_path, match)
     operation = match.operation
+    sent_fields = envelope.invalid_fields or _named(envelope, spec, operation)
     fields = (
         [_from_violation(v) for v in violations]
         if violations is not None
-        else [_with_facts(f, spec, operation, request) for f in envelope.invalid_fields]
+        else [_with_facts(f, spec, operation, request) for f in sent_fields]
     )
     bad = {f.field for f in fields}
     sent = {k: v for k, v in match.params.items() if "/" + k not in bad}
@@ -84,6 +86,10 @@ def enrich(
         "example_request": example_request(spec, mount, operation, sent),
     }
     update["invalid_fields"] = tuple(fields)
+    if violations is None and fields:  # the field as the document spells it
+        renamed = {f.field: g.field for f, g in zip(sent_fields, fields, strict=True)}
+        if envelope.field is None or envelope.field in renamed:
+            update["field"] = renamed.get(envelope.field or "", fields[0].field)
     if violations is not None and fields:
         update["field"] = fields[0].field
         update["message"] = (
@@ -105,6 +111,14 @@ def enrich(
     if envelope.next_operation is None:
         update.update(_linked(envelope, spec, mount, operation, match, request))
     return envelope.model_copy(update=update)
+
+
+def _named(envelope: Envelope, spec: Spec, operation: Operation) -> list[InvalidField]:
+    """For a validation envelope that lists no field: the documented fields its message names."""
+    if envelope.category is not Category.VALIDATION:
+        return []
+    pointers = named_fields(envelope.message, lambda p: documented_pointer(spec, operation, p) == p)
+    return [InvalidField(field=p, reason=envelope.message[:300]) for p in pointers]
 
 
 def _advised(steps: Sequence[str], fields: Sequence[InvalidField]) -> tuple[str, ...]:
@@ -173,23 +187,54 @@ def schema_at(spec: Spec, operation: Operation, pointer: str) -> tuple[Any, str]
             return found, "body"
     if segments:
         name = segments[0].replace("~1", "/").replace("~0", "~")
-        for param in operation.parameters:
-            if param.name == name or (
-                param.location == "header" and param.name.lower() == name.lower()
-            ):
-                found = facts.at_pointer(param.schema, segments[1:], spec.document)
-                if found is not None:
-                    return found, param.location
+        # exact first; then regardless of case (headers, and Prism's "petid" for petId)
+        for exact in (True, False):
+            for param in operation.parameters:
+                if (param.name == name) if exact else (param.name.lower() == name.lower()):
+                    found = facts.at_pointer(param.schema, segments[1:], spec.document)
+                    if found is not None:
+                        return found, param.location
     return None
+
+
+def documented_pointer(spec: Spec, operation: Operation, pointer: str) -> str | None:
+    """``pointer`` as the document spells it: as sent when the document knows it, else its
+    longest tail the document knows (Quarkus' ``/create/arg0/name`` is ``/name``), a parameter's
+    name in the document's case; ``None`` when no tail is documented."""
+    segments = split(pointer) if pointer else []
+    for start in range(len(segments)):
+        tail = "/" + "/".join(segments[start:])
+        if schema_at(spec, operation, tail) is None:
+            continue
+        name = segments[start].replace("~1", "/").replace("~0", "~").lower()
+        body = operation.body
+        in_body = (
+            body is not None
+            and body.schema is not None
+            and (facts.at_pointer(body.schema, segments[start:], spec.document) is not None)
+        )
+        if not in_body:
+            for param in operation.parameters:
+                if param.name.lower() == name and param.name != segments[start]:
+                    rest = segments[start + 1 :]
+                    return "/" + "/".join([_escape(param.name), *rest])
+        return tail
+    return None
+
+
+def _escape(segment: str) -> str:
+    return segment.replace("~", "~0").replace("/", "~1")
 
 
 def _with_facts(
     field: InvalidField, spec: Spec, operation: Operation, request: Request
 ) -> InvalidField:
-    found = schema_at(spec, operation, field.field)
-    if found is None:
+    pointer = documented_pointer(spec, operation, field.field)
+    found = schema_at(spec, operation, pointer) if pointer is not None else None
+    if pointer is None or found is None:
         return field.model_copy(update={"documented": False})
     schema, location = found
+    field = field.model_copy(update={"field": pointer})
     known = facts.allowed_values(schema, spec.document)
     allowed: Any = field.allowed_values
     if known:

@@ -12,8 +12,13 @@ from typing import Any
 
 import httpx
 import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from multidict import CIMultiDict
+from yarl import URL
 
-from proxy.openapi.spec import Spec
+from proxy.openapi.spec import Mount, Spec
 from tests.published.documents import document, mend_run, prism
 
 #: Petstore's operations need a credential; Prism checks only that one is there.
@@ -159,3 +164,84 @@ def test_prisms_successes_pass_byte_identical(petstore: tuple[str, str, str]) ->
     proxied = httpx.get(f"{mend}/pet/findByStatus", params=query, headers=AUTH, timeout=10)
     assert direct.status_code == proxied.status_code == 200
     assert proxied.content == direct.content
+
+
+def _empty_required_query(operation: Any, case: Any) -> bool:
+    """Whether ``case`` sends a required query parameter with no value: OpenAPI's
+    ``allowEmptyValue`` defaults to false (so mend refuses it), Schemathesis does not read it."""
+    for param in operation.query:
+        value = (case.query or {}).get(param.name)
+        values = value if isinstance(value, list) else [value]
+        if (
+            param.is_required
+            and param.definition.get("allowEmptyValue") is not True
+            and not any(str(v) for v in values if v is not None)
+        ):
+            return True
+    return False
+
+
+def _refusal(spec: Spec, base: str, case: Any) -> str | None:
+    """``case`` serialised by ``requests`` as a client would, through mend's checker: why it
+    was refused, or ``None``."""
+    kwargs = case.as_transport_kwargs(base_url=base)
+    wanted = ("method", "url", "params", "headers", "json", "data")
+    prepared = requests.Request(**{k: v for k, v in kwargs.items() if k in wanted}).prepare()
+    url = URL(str(prepared.url), encoded=True)
+    sent: Any = prepared.body or b""
+    body = sent.encode() if isinstance(sent, str) else bytes(sent)
+    located = spec.locate(str(prepared.method), url.raw_path, Mount("/", False, ""))
+    match = located.match if located is not None else None
+    if match is None or match.operation is None:
+        return f"{prepared.method} {url.raw_path}: not located"
+    content_type = str(prepared.headers.get("Content-Type", ""))
+    found = spec.checker.check(match, url.query, CIMultiDict(prepared.headers), content_type, body)
+    if found:
+        return f"{prepared.method} {url.raw_path}: {[(v.pointer, v.reason) for v in found[:3]]}"
+    return None
+
+
+def _generate(operation: Any, per_operation: int, each: Any) -> None:
+    """``each(case)`` for ``per_operation`` valid cases Schemathesis generates for ``operation``."""
+
+    @given(operation.as_strategy())
+    @settings(
+        max_examples=per_operation,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    def run(case: Any) -> None:
+        if not _empty_required_query(operation, case):
+            each(case)
+
+    run()
+
+
+def _refusals(spec: Spec, path: Path, per_operation: int) -> tuple[int, list[str]]:
+    """Schemathesis' valid requests for every operation of ``path``: how many were checked, and
+    the ones mend refused."""
+    base = "http://upstream" + spec.operations.base_path
+    checked: list[str | None] = []
+    for result in schemathesis.openapi.from_path(str(path)).get_all_operations():
+        operation: Any = result.ok()  # type: ignore[union-attr]  # an Err raises: a test error
+        _generate(operation, per_operation, lambda case: checked.append(_refusal(spec, base, case)))
+    return len(checked), [r for r in checked if r is not None]
+
+
+@pytest.mark.parametrize(
+    ("name", "per_operation"),
+    [
+        ("petstore", 25),
+        ("train-travel", 25),
+        pytest.param("github", 2, marks=pytest.mark.slow),  # ~2,400 requests, a few minutes
+    ],
+)
+def test_generated_valid_requests_are_never_refused(name: str, per_operation: int) -> None:
+    """Every request Schemathesis generates as valid for the document passes validation."""
+    path = document(name)
+    sent, refused = _refusals(Spec.load(path), path, per_operation)
+    print(f"{name}: {sent} generated valid requests, {len(refused)} refused")
+    assert sent > 5 * per_operation
+    assert refused == []

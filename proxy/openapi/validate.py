@@ -17,7 +17,9 @@ request is never refused for what mend cannot read.
 
 from __future__ import annotations
 
+import binascii
 import functools
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -40,6 +42,13 @@ MAX_VIOLATIONS = 50
 #: Characters of a received string echoed back; bytes of a received object or array.
 _ECHO_CHARS = 256
 _UNBUILT: Any = object()
+#: Each digit as ``1``, every other byte ``0``: a run of 19 ones is a number orjson may not keep.
+_DIGITS = bytes(0x31 if 0x30 <= b <= 0x39 else 0x30 for b in range(256))
+_LONG_NUMBER = b"1" * 19
+#: The keywords beside which OpenAPI 3.0's ``nullable: true`` still admits ``null``.
+_NULLABLE_BESIDE = ("oneOf", "anyOf", "allOf", "enum")
+#: OpenAPI's integer formats and the ranges they name.
+_INT_FORMATS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 #: Headers OpenAPI says a parameter may not describe.
 _IGNORED_HEADERS = frozenset({"accept", "content-type", "authorization"})
 
@@ -124,6 +133,9 @@ class Checker:
             "patternProperties": _linear_pattern_properties,
             "additionalProperties": _linear_additional(base.VALIDATORS["additionalProperties"]),
         }
+        if document.version == "3.0":  # null where nullable: true, beside these too
+            for name in _NULLABLE_BESIDE:
+                keywords[name] = _nullable_aware(base.VALIDATORS[name])
         self._cls = extend(base, keywords)  # type: ignore[no-untyped-call]
         self._rs_options = jsonschema_rs.RegexOptions()
         self._rs_registry: Any = _UNBUILT
@@ -145,9 +157,7 @@ class Checker:
         if self._rs_registry is _UNBUILT:
             import jsonschema_rs  # noqa: PLC0415
 
-            data = _referenced(self.document)
-            if self.document.version == "3.0":
-                data = _nullable_as_type(data)
+            data = _for_rs(_referenced(self.document), self.document.version == "3.0")
             try:
                 self._rs_registry = jsonschema_rs.Registry([(BASE_URI, data)])
             except Exception:
@@ -161,13 +171,12 @@ class Checker:
         )
         fast = None
         if self._registry() is not None:
-            if self.document.version == "3.0":
-                absolute = _nullable_as_type(absolute)
             try:
                 fast = self._rs_cls(
-                    absolute,
+                    _for_rs(absolute, self.document.version == "3.0"),
                     registry=self._rs_registry,
                     validate_formats=True,
+                    formats=_RS_FORMATS,
                     pattern_options=self._rs_options,
                 )
             except Exception:
@@ -240,6 +249,11 @@ class Checker:
                     facts.example(spec.schema, self.document),
                 )
             ]
+        if location == "query" and spec.required and not spec.allow_empty and not any(values):
+            allowed = facts.allowed_values(spec.schema, self.document)
+            example = facts.example(spec.schema, self.document)
+            reason = "is a required query parameter and must not be empty"
+            return [Violation(pointer, location, reason, "", allowed, example)]
         if param.validator is None:
             return []
         if param.array_of is not None:
@@ -276,6 +290,9 @@ class Checker:
         if checked.body is None or not _json_type(media_type):
             return []
         document = nesting.loads(body)
+        if document is not NOT_JSON and _LONG_NUMBER in body.translate(_DIGITS):
+            # orjson reads an integer past 64 bits as a float; the standard library keeps it
+            document = json.loads(body)
         if document is NOT_JSON:
             return [
                 Violation(
@@ -448,23 +465,57 @@ def _linear_additional(original: Any) -> Any:
     return keyword
 
 
-def _nullable_as_type(node: Any, depth: int = 0) -> Any:
-    """An OpenAPI 3.0 schema (or document) as draft 4 reads it: ``nullable: true`` becomes
-    ``null`` in ``type`` (and in ``enum``), for jsonschema-rs."""
+def _for_rs(node: Any, nullable: bool, depth: int = 0) -> Any:
+    """A schema (or document part) as jsonschema-rs's draft reads what OpenAPI means by it:
+    with ``nullable`` (3.0), ``nullable: true`` becomes ``null`` in ``type`` and ``enum``, and
+    beside ``oneOf``/``anyOf``/``allOf`` an alternative of its own (GitHub's ``nullable: true,
+    allOf: [{$ref}]``); ``format: int32``/``int64`` become the range they name."""
     if depth > 64:
         return node
-    if isinstance(node, Mapping):
-        out = {k: _nullable_as_type(v, depth + 1) for k, v in node.items()}
-        if out.get("nullable") is True:
-            kind = out.get("type")
-            if isinstance(kind, str):
-                out["type"] = [kind, "null"]
-            if isinstance(out.get("enum"), list) and None not in out["enum"]:
-                out["enum"] = [*out["enum"], None]
-        return out
     if isinstance(node, list):
-        return [_nullable_as_type(v, depth + 1) for v in node]
-    return node
+        return [_for_rs(v, nullable, depth + 1) for v in node]
+    if not isinstance(node, Mapping):
+        return node
+    out = {k: _for_rs(v, nullable, depth + 1) for k, v in node.items()}
+    fmt = out.get("format")
+    bounds = _INT_FORMATS.get(fmt) if isinstance(fmt, str) else None
+    if bounds is not None:
+        out.setdefault("minimum", bounds[0])
+        out.setdefault("maximum", bounds[1])
+    if nullable and out.get("nullable") is True:
+        kind = out.get("type")
+        if isinstance(kind, str):
+            out["type"] = [kind, "null"]
+        if isinstance(out.get("enum"), list) and None not in out["enum"]:
+            out["enum"] = [*out["enum"], None]
+        if any(k in out for k in _NULLABLE_BESIDE if k != "enum"):
+            rest = {k: v for k, v in out.items() if k != "nullable"}
+            return {"anyOf": [{"type": "null"}, rest]}
+    return out
+
+
+def _nullable_aware(original: Any) -> Any:
+    """An OpenAPI 3.0 keyword that lets ``null`` through where the schema says ``nullable``."""
+
+    def keyword(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        if instance is None and isinstance(schema, Mapping) and schema.get("nullable") is True:
+            return
+        yield from original(validator, value, instance, schema)
+
+    return keyword
+
+
+def _is_base64(value: str) -> bool:
+    """OpenAPI's ``format: byte``: base64 (RFC 4648), padded."""
+    try:
+        binascii.a2b_base64(value.encode("ascii"), strict_mode=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        return False
+    return True
+
+
+#: Formats OpenAPI names that jsonschema-rs does not know (it checks date, date-time, email...).
+_RS_FORMATS = {"byte": _is_base64}
 
 
 def _reason(keyword: str, value: Any) -> str:

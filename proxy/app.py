@@ -30,7 +30,7 @@ from proxy.connection import AgentServer
 from proxy.crosscall.review import body_digest
 from proxy.crosscall.view import CrossCall
 from proxy.engine import Engine, Loaded, RuleStore
-from proxy.envelope import Envelope
+from proxy.envelope import Category, Envelope
 from proxy.evaluate import (
     Answer,
     Evaluation,
@@ -52,6 +52,7 @@ from proxy.forward import upstream_request_headers
 from proxy.generation import Generation, RouteRuntime, unverified
 from proxy.logs import make_logger
 from proxy.metrics import Metrics, RepeatTracker
+from proxy.openapi.enrich import allow_header
 from proxy.openapi.gate import OpenAPIGate
 from proxy.passthrough import passthrough_headers
 from proxy.protocols.base import Call, Inspection, Protocol, ProtocolName, Rendered
@@ -589,6 +590,10 @@ class Proxy:
                     text = _scrub_header(name, value, redactor, kinds)
                     if text:
                         headers.add(name, safe_header_value(text, limit=2048))
+        if envelope.category is Category.METHOD_NOT_ALLOWED and "Allow" not in headers:
+            allow = allow_header(envelope.allowed_values)  # RFC 9110: a 405 says what is
+            if allow is not None:
+                headers["Allow"] = allow
         if content_type is not None:
             headers["Content-Type"] = content_type
         headers["X-Request-ID"] = envelope.request_id

@@ -319,13 +319,28 @@ def build(
     next_operation = text(compiled.next_operation)
     operation = _operation(exchange)
     message = text(compiled.message) or _default_message(spec.category, exchange, lookup)
-    hint = text(compiled.hint) or DEFAULT_HINT[action].format(
-        wait=wait, op=operation, next=next_operation or "the operation named in next_operation"
+    args = render(compiled.next_operation_args)
+    # a hint or step never points the agent at a field the envelope leaves empty
+    empty = _empty_fields(
+        allowed_values=allowed,
+        suggested_value=suggested,
+        invalid_fields=invalid,
+        next_operation=next_operation,
+        next_operation_args=args,
+        retry_after_ms=wait,
     )
+    hint = text(compiled.hint)
+    if hint is None or _cites(hint, empty):
+        hint = DEFAULT_HINT[action].format(
+            wait=wait, op=operation, next=next_operation or "the operation the message names"
+        )
     rendered_steps = render(compiled.steps) if compiled.steps is not None else None
+    written = (
+        [_single_line(s) for s in rendered_steps if s] if isinstance(rendered_steps, list) else []
+    )
     steps = (
-        [_single_line(s) for s in rendered_steps if s]
-        if isinstance(rendered_steps, list)
+        written
+        if written and not any(_cites(s, empty) for s in written)
         else _default_steps(action, operation, wait, invalid, next_operation)
     )
     if retryable and _ambiguous(exchange, spec.code):
@@ -347,7 +362,7 @@ def build(
         allowed_values=allowed,
         suggested_value=suggested,
         next_operation=next_operation,
-        next_operation_args=render(compiled.next_operation_args),
+        next_operation_args=args,
         related_codes=tuple(spec.related_codes),
         upstream_detail=_upstream_detail(spec, exchange, scrub),
         docs_url=f"{options.docs_base_url}/_mend/errors/{spec.code}",
@@ -355,6 +370,15 @@ def build(
         upstream_status=exchange.status,
         rule=rule_id,
     )
+
+
+def _empty_fields(**values: Any) -> tuple[str, ...]:
+    """The names of the envelope fields among ``values`` that are null or empty."""
+    return tuple(name for name, value in values.items() if value is None or value in ("", [], {}))
+
+
+def _cites(text: str, names: tuple[str, ...]) -> bool:
+    return any(name in text for name in names)
 
 
 def _upstream_detail(spec: EnvelopeSpec, exchange: Exchange, scrub: Scrub) -> Any:
@@ -482,7 +506,7 @@ def _default_steps(
         ]
     if action is Action.CALL_OTHER_OPERATION:
         return [
-            f"Call {next_operation or 'the operation in next_operation'}.",
+            f"Call {next_operation or 'the operation the message names'} first.",
             f"Send {operation} again.",
         ]
     if action is Action.REAUTHENTICATE:

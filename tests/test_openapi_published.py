@@ -14,11 +14,13 @@ import httpx
 import pytest
 import requests
 import schemathesis
+from aiohttp import web
 from hypothesis import HealthCheck, Phase, given, settings
 from multidict import CIMultiDict
 from yarl import URL
 
 from proxy.openapi.spec import Mount, Spec
+from tests.conftest import StartMend, StartUpstream
 from tests.published.documents import document, mend_run, prism
 
 #: Petstore's operations need a credential; Prism checks only that one is there.
@@ -164,6 +166,56 @@ def test_prisms_successes_pass_byte_identical(petstore: tuple[str, str, str]) ->
     proxied = httpx.get(f"{mend}/pet/findByStatus", params=query, headers=AUTH, timeout=10)
     assert direct.status_code == proxied.status_code == 200
     assert proxied.content == direct.content
+
+
+def test_next_operation_weighs_the_method(petstore: tuple[str, str, str]) -> None:
+    """``GET /pets`` (a 404 from Prism) is sent to a GET operation, not to ``POST /pet``."""
+    _, mend, _ = petstore
+    response = httpx.get(f"{mend}/pets", headers=AUTH, timeout=10)
+    assert response.status_code == 404
+    error = _error(response)
+    assert error["next_operation"] == "GET /pet/findByStatus"
+    assert error["action"] == "call_other_operation"
+
+
+def test_a_405_carries_allow_from_the_document(petstore: tuple[str, str, str]) -> None:
+    """Prism's 405 has no ``Allow``; through mend it has the document's methods for the path."""
+    upstream, mend, _ = petstore
+    direct = httpx.patch(f"{upstream}/pet", headers=AUTH, timeout=10)
+    assert direct.status_code == 405
+    assert "Allow" not in direct.headers
+    response = httpx.patch(f"{mend}/pet", headers=AUTH, timeout=10)
+    assert response.status_code == 405
+    assert response.headers["Allow"] == "POST, PUT"
+    assert _error(response)["allowed_values"]["methods"] == ["POST", "PUT"]
+
+
+def test_a_405_hint_cites_no_null_field(petstore: tuple[str, str, str]) -> None:
+    """Without a document nothing lists the methods: the hint and steps do not send the agent
+    to ``allowed_values``, which is null."""
+    _, _, plain = petstore
+    response = httpx.patch(f"{plain}/pet", headers=AUTH, timeout=10)
+    error = _error(response)
+    assert error["allowed_values"] is None
+    assert "allowed_values" not in error["hint"]
+    assert not any("allowed_values" in step for step in error["steps"])
+
+
+async def test_next_operation_weighs_the_method_on_githubs_document(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """``POST /user/repo`` fits ``GET /user/{account_id}``'s template; the nearest operation is
+    ``POST /user/repos``."""
+
+    async def not_found(_: web.Request) -> web.Response:
+        return web.json_response({"message": "Not Found"}, status=404)
+
+    server = await start_upstream({"/{tail:.*}": not_found})
+    mend = await start_mend(server, route={"openapi": document("github")})
+    response = await mend.client.post("/user/repo", json={"name": "x"})
+    error = (await response.json())["error"]
+    assert error["next_operation"] == "POST /user/repos"
+    assert "POST /user/repos" in error["allowed_values"]["operations"]
 
 
 def _empty_required_query(operation: Any, case: Any) -> bool:

@@ -396,23 +396,14 @@ def _redirect(
 ) -> Envelope:
     """A 404 or 405 on a path or method the document lacks: the nearest documented operation."""
     method = request.method.upper()
-    if match is not None:  # the path is documented; the method is not
-        methods = sorted(match.template.methods)
-        if not methods:
-            return envelope
-        chosen = next((m for m in _KIN.get(method, ()) if m in methods), methods[0])
-        candidates = [(chosen, match.template, match.params)]
-        allowed: dict[str, Any] = {"methods": methods}
-    else:
-        candidates = _nearest(spec, method, spec_path)
-        if not candidates:
-            return envelope
-        allowed = {}
+    candidates = _nearest(spec, method, spec_path, match)
+    if not candidates:
+        return envelope
     operations = [f"{m} {spec.agent_path(t.path, mount)}" for m, t, _ in candidates]
-    allowed["operations"] = operations
     chosen_method, template, params = candidates[0]
-    if "methods" not in allowed:
-        allowed["methods"] = sorted(template.methods)
+    # the methods of the path sent when it is documented (a 405's Allow), else the suggestion's
+    methods = sorted((match.template if match is not None else template).methods)
+    allowed: dict[str, Any] = {"methods": methods, "operations": operations}
     next_operation = operations[0]
     hint = (
         f"{method} {unquote(request.path)[:200]} is not an operation of this API; "
@@ -433,17 +424,40 @@ def _redirect(
     return envelope.model_copy(update=update)
 
 
-def _nearest(spec: Spec, method: str, spec_path: str) -> list[tuple[str, Template, dict[str, str]]]:
-    """The documented operations nearest ``method spec_path``: by path (segment by segment,
-    a template parameter fitting anything), then by method."""
+def allow_header(allowed_values: Any) -> str | None:
+    """The ``Allow`` header of a 405 envelope from the methods its ``allowed_values`` name (the
+    document's for the path, or the upstream's ``Allow`` read back); ``None`` without any."""
+    methods = allowed_values.get("methods") if isinstance(allowed_values, Mapping) else None
+    if methods is None:
+        methods = allowed_values
+    if not isinstance(methods, list):
+        return None
+    names = [m for m in methods if isinstance(m, str) and m.isascii() and m.isalpha()]
+    return ", ".join(m[:16] for m in names[:16]) or None
+
+
+def _nearest(
+    spec: Spec, method: str, spec_path: str, match: PathMatch | None = None
+) -> list[tuple[str, Template, dict[str, str]]]:
+    """The documented operations nearest ``method spec_path``, path and method weighed
+    together: the path segment by segment (0 to 2, a template parameter fitting anything), plus
+    1 for the method sent and 0.4 for a kindred one, so ``GET /pets`` is nearer ``GET
+    /pet/findByStatus`` than ``POST /pet``, and ``POST /user/repo`` nearer ``POST /user/repos``
+    than ``GET /user/{account_id}``, whose template the path fits."""
     segments = [s[:_SEGMENT_CHARS] for s in split(spec_path)[:16]]
     scored: list[tuple[float, str, Template, dict[str, str]]] = []
     # templates of about the request's length, at most _COMPARED of them: a 404 must stay cheap
     near = [t for t in spec.operations.templates if abs(len(t.literals) - len(segments)) <= 1]
-    for template in near[:_COMPARED]:
+    near = near[:_COMPARED]
+    if match is not None and all(t is not match.template for t in near):
+        near.append(match.template)
+    for template in near:
         score, params = _path_score(segments, template)
+        if match is not None and template is match.template:
+            params = dict(match.params)
         for op_method in template.methods:
-            bonus = 0.5 if op_method == method else 0.2 if op_method in _KIN.get(method, ()) else 0
+            kin = _KIN.get(method, ())
+            bonus = 1.0 if op_method == method else 0.4 if op_method in kin else 0.0
             scored.append((score + bonus, op_method, template, params))
     scored.sort(key=lambda item: (-item[0], item[2].path, item[1]))
     return [(m, t, p) for _, m, t, p in scored[:NEAREST]]

@@ -181,6 +181,20 @@ def test_an_unknown_version_is_refused(tmp_path: Path) -> None:
         Spec.load(path)
 
 
+@pytest.mark.parametrize("validate", [True, False])
+def test_a_validating_route_compiles_its_shared_parts_at_load(validate: bool) -> None:
+    """With ``validate_requests`` the validators' shared registry is built with the rules (off
+    the event loop); without it, never."""
+    route = Route(
+        name="shop",
+        upstream="http://127.0.0.1:9/api/v1",
+        openapi=DATA / "shop-3.0.yaml",
+        validate_requests=validate,
+    )
+    engine = Engine.load(Settings(routes=(route,), default_packs=False))
+    assert engine.specs["shop"].checker.prepared is validate
+
+
 def test_a_dangling_ref_is_an_error(tmp_path: Path) -> None:
     """A ``$ref`` to nowhere stops the load instead of failing on a request later."""
     document = json.loads((DATA / "shop-3.1.json").read_text())

@@ -16,9 +16,12 @@ import requests
 import schemathesis
 from aiohttp import web
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
 from multidict import CIMultiDict
+from schemathesis.generation import GenerationMode
 from yarl import URL
 
+from proxy.envelope import Envelope
 from proxy.openapi.spec import Mount, Spec
 from tests.conftest import StartMend, StartUpstream
 from tests.published.documents import document, mend_run, prism
@@ -253,10 +256,13 @@ def _refusal(spec: Spec, base: str, case: Any) -> str | None:
     return None
 
 
-def _generate(operation: Any, per_operation: int, each: Any) -> None:
-    """``each(case)`` for ``per_operation`` valid cases Schemathesis generates for ``operation``."""
+def _generate(
+    operation: Any, per_operation: int, each: Any, mode: Any = GenerationMode.POSITIVE
+) -> None:
+    """``each(case)`` for ``per_operation`` cases Schemathesis generates for ``operation`` (valid
+    ones by default)."""
 
-    @given(operation.as_strategy())
+    @given(operation.as_strategy(generation_mode=mode))
     @settings(
         max_examples=per_operation,
         deadline=None,
@@ -265,7 +271,7 @@ def _generate(operation: Any, per_operation: int, each: Any) -> None:
         suppress_health_check=list(HealthCheck),
     )
     def run(case: Any) -> None:
-        if not _empty_required_query(operation, case):
+        if mode is not GenerationMode.POSITIVE or not _empty_required_query(operation, case):
             each(case)
 
     run()
@@ -297,3 +303,49 @@ def test_generated_valid_requests_are_never_refused(name: str, per_operation: in
     print(f"{name}: {sent} generated valid requests, {len(refused)} refused")
     assert sent > 5 * per_operation
     assert refused == []
+
+
+def _exchange(case: Any, base: str) -> httpx.Response:
+    kwargs = case.as_transport_kwargs(base_url=base)
+    wanted = ("method", "url", "params", "headers", "json", "data")
+    request = requests.Request(**{k: v for k, v in kwargs.items() if k in wanted}).prepare()
+    sent: Any = request.body
+    headers = {**dict(request.headers), **AUTH}
+    return httpx.request(
+        str(request.method), str(request.url), headers=headers, content=sent, timeout=5
+    )
+
+
+@pytest.mark.slow  # about 400 exchanges, each sent twice
+def test_generated_exchanges_through_mend(petstore: tuple[str, str, str]) -> None:
+    """Schemathesis' requests, valid and invalid, sent to Prism directly and through mend: every
+    success byte-identical, every error a valid envelope with the upstream's status."""
+    upstream, mend, _ = petstore
+    counts = {"success": 0, "error": 0}
+    for result in schemathesis.openapi.from_path(str(document("petstore"))).get_all_operations():
+        operation: Any = result.ok()  # type: ignore[union-attr]  # an Err raises: a test error
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            try:
+                _generate(operation, 10, lambda case: _compare(case, upstream, mend, counts), mode)
+            except Unsatisfiable:  # an operation with nothing to get wrong
+                continue
+    print(f"Petstore through mend: {counts}")
+    assert counts["success"] > 50
+    assert counts["error"] > 50
+
+
+def _compare(case: Any, upstream: str, mend: str, counts: dict[str, int]) -> None:
+    try:
+        direct = _exchange(case, upstream)
+    except httpx.TimeoutException:  # Prism never answers some malformed requests
+        counts["unanswered"] = counts.get("unanswered", 0) + 1
+        return
+    proxied = _exchange(case, mend)
+    if direct.status_code < 400:
+        counts["success"] += 1
+        assert proxied.status_code == direct.status_code
+        assert proxied.content == direct.content
+    else:
+        counts["error"] += 1
+        envelope = Envelope.model_validate(proxied.json()["error"])
+        assert envelope.upstream_status == direct.status_code

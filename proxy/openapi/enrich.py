@@ -33,6 +33,8 @@ from proxy.openapi.validate import Violation, echo
 NEAREST = 3
 #: Templates compared with an undocumented path (a document may have thousands).
 _COMPARED = 500
+#: Tails of an undocumented pointer tried against the document (the longest first).
+_TAILS = 8
 #: Characters of a path segment compared when looking for the nearest template.
 _SEGMENT_CHARS = 64
 #: Methods an agent probably meant instead of the one it sent.
@@ -202,7 +204,7 @@ def documented_pointer(spec: Spec, operation: Operation, pointer: str) -> str | 
     longest tail the document knows (Quarkus' ``/create/arg0/name`` is ``/name``), a parameter's
     name in the document's case; ``None`` when no tail is documented."""
     segments = split(pointer) if pointer else []
-    for start in range(len(segments)):
+    for start in range(min(len(segments), _TAILS)):
         tail = "/" + "/".join(segments[start:])
         if schema_at(spec, operation, tail) is None:
             continue

@@ -306,11 +306,15 @@ def test_generated_valid_requests_are_never_refused(name: str, per_operation: in
 
 
 def _exchange(case: Any, base: str) -> httpx.Response:
+    """``case`` serialised by ``requests``, sent by httpx to ``base`` with a credential."""
     kwargs = case.as_transport_kwargs(base_url=base)
     wanted = ("method", "url", "params", "headers", "json", "data")
     request = requests.Request(**{k: v for k, v in kwargs.items() if k in wanted}).prepare()
     sent: Any = request.body
-    headers = {**dict(request.headers), **AUTH}
+    written = {
+        str(k): v if isinstance(v, str) else v.decode("latin-1") for k, v in request.headers.items()
+    }
+    headers = {**written, **AUTH}
     return httpx.request(
         str(request.method), str(request.url), headers=headers, content=sent, timeout=5
     )

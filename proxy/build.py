@@ -240,6 +240,14 @@ def _message_from_json(doc: Any) -> str | None:
 _HTML_TITLE = linear(r"(?i)<(?:t[i\x{130}\x{131}]tle|h1)[^>]*>([^<]{1,300})<")
 
 
+#: RE2: an XML error's first message, detail, description, reason or faultstring element (any
+#: namespace prefix), its text up to 300 characters.
+_XML_MESSAGE = linear(
+    r"<(?:[\w.-]{1,64}:)?(?i:message|detail|description|reason|faultstring|title)"
+    r"(?:\s[^>]{0,512})?>([^<]{1,300})<"
+)
+
+
 def upstream_message(exchange: Exchange) -> str | None:
     """The upstream's own one-line description of the error, found without a rule."""
     if exchange.is_json:
@@ -251,6 +259,10 @@ def upstream_message(exchange: Exchange) -> str | None:
             message = detail.summary(found) or message
     elif "html" in exchange.content_type or exchange.text.lstrip()[:1] == "<":
         message = detail.html_description(exchange.text, exchange.status)
+        if message is None and "html" not in exchange.content_type:
+            # an XML error document: its first message-like element (issue 27)
+            match = _XML_MESSAGE.search(exchange.text)
+            message = ((match.group(1) or "").strip() if match else "") or None
         if message is None:
             match = _HTML_TITLE.search(exchange.text)
             message = match.group(1) if match else None

@@ -173,6 +173,32 @@ async def test_a_field_named_only_in_prose_gets_its_pointer(
     assert field["allowed_values"]["enum"] == ["low", "medium", "high"]
 
 
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("text/plain", "priority must be one of the allowed values"),
+        ("application/xml", "<error><message>'priority' is not valid</message></error>"),
+    ],
+    ids=["text", "xml"],
+)
+async def test_a_field_named_in_any_format_gets_its_pointer(
+    start_upstream: StartUpstream, start_mend: StartMend, content_type: str, body: str
+) -> None:
+    """Whatever the upstream's format, a documented field its message names gets its pointer
+    and the document's allowed values."""
+
+    async def answer(_: web.Request) -> web.Response:
+        return web.Response(status=400, text=body, content_type=content_type)
+
+    server = await start_upstream({"/api/v1/orders": answer})
+    url = str(server.make_url("/api/v1")).rstrip("/")
+    mend = await start_mend(url, route={"openapi": SPECS[0]})
+    error = (await (await mend.client.post("/orders", json=VALID_ORDER)).json())["error"]
+    field = error["invalid_fields"][0]
+    assert (field["field"], field["location"]) == ("/priority", "body")
+    assert field["allowed_values"]["enum"] == ["low", "medium", "high"]
+
+
 async def test_prose_naming_no_documented_field_adds_none(
     start_upstream: StartUpstream, start_mend: StartMend
 ) -> None:

@@ -179,14 +179,22 @@ def _from_violation(violation: Violation) -> InvalidField:
 def schema_at(spec: Spec, operation: Operation, pointer: str) -> tuple[Any, str] | None:
     """The schema a pointer names in the operation's request, and where: the JSON body first,
     then a parameter by name (query, path, header)."""
-    segments = split(pointer) if pointer else []
+    found = _located(spec, operation, split(pointer) if pointer else [])
+    return None if found is None else (found[0], found[1])
+
+
+def _located(
+    spec: Spec, operation: Operation, segments: list[str]
+) -> tuple[Any, str, str | None] | None:
+    """``schema_at`` for pointer segments, with the parameter's documented name (``None`` in
+    the body)."""
     body = operation.body
     if body is not None and body.schema is not None:
         if not segments:
-            return body.schema, "body"
+            return body.schema, "body", None
         found = facts.at_pointer(body.schema, segments, spec.document)
         if found is not None:
-            return found, "body"
+            return found, "body", None
     if segments:
         name = segments[0].replace("~1", "/").replace("~0", "~")
         # exact first; then regardless of case (headers, and Prism's "petid" for petId)
@@ -195,7 +203,7 @@ def schema_at(spec: Spec, operation: Operation, pointer: str) -> tuple[Any, str]
                 if (param.name == name) if exact else (param.name.lower() == name.lower()):
                     found = facts.at_pointer(param.schema, segments[1:], spec.document)
                     if found is not None:
-                        return found, param.location
+                        return found, param.location, param.name
     return None
 
 
@@ -203,24 +211,25 @@ def documented_pointer(spec: Spec, operation: Operation, pointer: str) -> str | 
     """``pointer`` as the document spells it: as sent when the document knows it, else its
     longest tail the document knows (Quarkus' ``/create/arg0/name`` is ``/name``), a parameter's
     name in the document's case; ``None`` when no tail is documented."""
+    found = _documented(spec, operation, pointer)
+    return None if found is None else found[0]
+
+
+def _documented(spec: Spec, operation: Operation, pointer: str) -> tuple[str, Any, str] | None:
+    """The documented pointer (``documented_pointer``), its schema and where it is."""
     segments = split(pointer) if pointer else []
+    if not segments:
+        found = _located(spec, operation, segments)
+        return None if found is None else (pointer, found[0], found[1])
     for start in range(min(len(segments), _TAILS)):
-        tail = "/" + "/".join(segments[start:])
-        if schema_at(spec, operation, tail) is None:
+        tail = segments[start:]
+        found = _located(spec, operation, tail)
+        if found is None:
             continue
-        name = segments[start].replace("~1", "/").replace("~0", "~").lower()
-        body = operation.body
-        in_body = (
-            body is not None
-            and body.schema is not None
-            and (facts.at_pointer(body.schema, segments[start:], spec.document) is not None)
-        )
-        if not in_body:
-            for param in operation.parameters:
-                if param.name.lower() == name and param.name != segments[start]:
-                    rest = segments[start + 1 :]
-                    return "/" + "/".join([_escape(param.name), *rest])
-        return tail
+        schema, location, name = found
+        if name is not None and name != tail[0].replace("~1", "/").replace("~0", "~"):
+            tail = [_escape(name), *tail[1:]]
+        return "/" + "/".join(tail), schema, location
     return None
 
 
@@ -231,11 +240,10 @@ def _escape(segment: str) -> str:
 def _with_facts(
     field: InvalidField, spec: Spec, operation: Operation, request: Request
 ) -> InvalidField:
-    pointer = documented_pointer(spec, operation, field.field)
-    found = schema_at(spec, operation, pointer) if pointer is not None else None
-    if pointer is None or found is None:
+    documented = _documented(spec, operation, field.field)
+    if documented is None:
         return field.model_copy(update={"documented": False})
-    schema, location = found
+    pointer, schema, location = documented
     field = field.model_copy(update={"field": pointer})
     known = facts.allowed_values(schema, spec.document)
     allowed: Any = field.allowed_values

@@ -38,8 +38,8 @@ _MISSING: Any = object()
 #: Bytes of a document mend reads (GitHub's REST description is 13 MB).
 MAX_DOCUMENT_BYTES = 64 << 20
 #: Nodes (keys, values, items; YAML aliases counted as copies) of a document mend reads
-#: (GitHub's has about 476,000).
-MAX_DOCUMENT_NODES = 4_000_000
+#: (GitHub's has about 476,000; a YAML document's nodes each cost a line-map entry too).
+MAX_DOCUMENT_NODES = 2_000_000
 #: A JSON token, or a line break (``json_lines``); strings cannot hold a raw line break.
 _JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\],\n]')
 

@@ -32,7 +32,7 @@ from proxy.crosscall.operation import operation_key
 from proxy.crosscall.review import body_digest
 from proxy.crosscall.view import CrossCall
 from proxy.engine import Engine, Loaded, RuleStore
-from proxy.envelope import Action, Envelope
+from proxy.envelope import Action, Category, Envelope
 from proxy.evaluate import (
     Answer,
     Evaluation,
@@ -57,6 +57,7 @@ from proxy.logs import make_logger
 from proxy.mcptools import internal as tool_calls
 from proxy.mcptools.server import ToolServers
 from proxy.metrics import Metrics, RepeatTracker
+from proxy.openapi.enrich import allow_header
 from proxy.openapi.gate import PRESET, OpenAPIGate
 from proxy.passthrough import Redirect, passthrough_headers
 from proxy.protocols.base import Call, Inspection, Protocol, ProtocolName, Rendered
@@ -743,6 +744,10 @@ class Proxy:
                     text = _scrub_header(name, value, redactor, kinds)
                     if text:
                         headers.add(name, safe_header_value(text, limit=2048))
+        if envelope.category is Category.METHOD_NOT_ALLOWED and "Allow" not in headers:
+            allow = allow_header(envelope.allowed_values)  # RFC 9110: a 405 says what is
+            if allow is not None:
+                headers["Allow"] = allow
         if content_type is not None:
             headers["Content-Type"] = content_type
         headers["X-Request-ID"] = envelope.request_id

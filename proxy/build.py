@@ -247,6 +247,14 @@ def _message_from_json(doc: Any) -> str | None:
 _HTML_TITLE = linear(r"(?i)<(?:t[i\x{130}\x{131}]tle|h1)[^>]*>([^<]{1,300})<")
 
 
+#: RE2: an XML error's first message, detail, description, reason or faultstring element (any
+#: namespace prefix), its text up to 300 characters.
+_XML_MESSAGE = linear(
+    r"<(?:[\w.-]{1,64}:)?(?i:message|detail|description|reason|faultstring|title)"
+    r"(?:\s[^>]{0,512})?>([^<]{1,300})<"
+)
+
+
 def upstream_message(exchange: Exchange) -> str | None:
     """The upstream's own one-line description of the error, found without a rule."""
     if exchange.is_json:
@@ -258,6 +266,10 @@ def upstream_message(exchange: Exchange) -> str | None:
             message = detail.summary(found) or message
     elif "html" in exchange.content_type or exchange.text.lstrip()[:1] == "<":
         message = detail.html_description(exchange.text, exchange.status)
+        if message is None and "html" not in exchange.content_type:
+            # an XML error document: its first message-like element (issue 27)
+            match = _XML_MESSAGE.search(exchange.text)
+            message = ((match.group(1) or "").strip() if match else "") or None
         if message is None:
             match = _HTML_TITLE.search(exchange.text)
             message = match.group(1) if match else None
@@ -344,17 +356,32 @@ def build(
         and "upstream_message" in (spec.message or "upstream_message")
         and not lookup("upstream_message")
     )
-    hint = text(compiled.hint) or (
-        UNSAID_HINT.format(op=operation)
-        if unsaid
-        else DEFAULT_HINT[action].format(
-            wait=wait, op=operation, next=next_operation or "the operation named in next_operation"
-        )
+    args = render(compiled.next_operation_args)
+    # a hint or step never points the agent at a field the envelope leaves empty
+    empty = _empty_fields(
+        allowed_values=allowed,
+        suggested_value=suggested,
+        invalid_fields=invalid,
+        next_operation=next_operation,
+        next_operation_args=args,
+        retry_after_ms=wait,
     )
+    hint = text(compiled.hint)
+    if hint is None or _cites(hint, empty):
+        hint = (
+            UNSAID_HINT.format(op=operation)
+            if unsaid
+            else DEFAULT_HINT[action].format(
+                wait=wait, op=operation, next=next_operation or "the operation the message names"
+            )
+        )
     rendered_steps = render(compiled.steps) if compiled.steps is not None else None
+    written = (
+        [_single_line(s) for s in rendered_steps if s] if isinstance(rendered_steps, list) else []
+    )
     steps = (
-        [_single_line(s) for s in rendered_steps if s]
-        if isinstance(rendered_steps, list)
+        written
+        if written and not any(_cites(s, empty) for s in written)
         else _default_steps(action, operation, wait, invalid, next_operation, unsaid=unsaid)
     )
     if again is Resend.KEYED:
@@ -383,7 +410,7 @@ def build(
         allowed_values=allowed,
         suggested_value=suggested,
         next_operation=next_operation,
-        next_operation_args=render(compiled.next_operation_args),
+        next_operation_args=args,
         related_codes=tuple(spec.related_codes),
         upstream_detail=_upstream_detail(spec, exchange, scrub),
         docs_url=f"{options.docs_base_url}/_mend/errors/{spec.code}",
@@ -392,6 +419,15 @@ def build(
         rule=rule_id,
         applied=exchange.applied,
     )
+
+
+def _empty_fields(**values: Any) -> tuple[str, ...]:
+    """The names of the envelope fields among ``values`` that are null or empty."""
+    return tuple(name for name, value in values.items() if value is None or value in ("", [], {}))
+
+
+def _cites(text: str, names: tuple[str, ...]) -> bool:
+    return any(name in text for name in names)
 
 
 def _upstream_detail(spec: EnvelopeSpec, exchange: Exchange, scrub: Scrub) -> Any:
@@ -521,7 +557,7 @@ def _default_steps(
         ]
     if action is Action.CALL_OTHER_OPERATION:
         return [
-            f"Call {next_operation or 'the operation in next_operation'}.",
+            f"Call {next_operation or 'the operation the message names'} first.",
             f"Send {operation} again.",
         ]
     if action is Action.REAUTHENTICATE:

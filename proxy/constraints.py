@@ -35,7 +35,8 @@ _BOUNDS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     )
 )
 _ENUM = re.compile(
-    r"(?:one of(?: the following(?: values)?)?|must be either|permitted(?: values)?(?: are)?|"
+    r"(?:one of(?: the (?:following|allowed|valid|permitted))?(?: values)?|must be either|"
+    r"permitted(?: values)?(?: are)?|"
     r"allowed values?(?: are)?|valid (?:values|options|choices) (?:are|is)|expected(?: one of)?)"
     r"\s*[:\-]?\s*(.+)$",
     re.I,
@@ -44,6 +45,8 @@ _ENUM = re.compile(
 _QUOTED_CHOICES = re.compile(
     r"(?:should|must) be ((?:(['\"`])[^'\"`]{1,64}\2(?:, | or |\s*\|\s*))+(['\"`])[^'\"`]{1,64}\3)"
 )
+#: "one of the allowed values" said without the values (ajv): no list to read.
+_UNLISTED = re.compile(r"the (?:following|allowed|valid|permitted)(?: values)?\W*$", re.I)
 #: Where a list of allowed values ends and the value that was sent begins.
 _ENUM_END = re.compile(r"[,;.]?\s*(?:but |instead )?(?:received|got|given|found|was)\b.*$", re.I)
 #: Rewrites that turn negated or two-sided phrasings into the ones the bounds below read.
@@ -131,7 +134,7 @@ def from_reason(reason: str) -> dict[str, Any] | None:
         return found
     if match := _QUOTED_CHOICES.search(reason):
         return {"enum": _enum_values(match.group(1))}
-    if match := _ENUM.search(reason):
+    if (match := _ENUM.search(reason)) and not _UNLISTED.search(reason):
         values = _enum_values(_ENUM_END.sub("", match.group(1)))
         if len(values) >= 2 or "one of" in reason.lower():
             return {"enum": values}

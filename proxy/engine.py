@@ -81,6 +81,8 @@ def _specs(settings: Settings, problems: list[str]) -> dict[str, Spec]:
         try:
             if route.openapi not in loaded:
                 loaded[route.openapi] = Spec.load(route.openapi)
+            if route.validate_requests:  # validators share a registry: built here, not on a request
+                loaded[route.openapi].checker.prepare()
         except RuleError as exc:
             problems.extend(p for p in exc.problems if p not in problems)
             continue

@@ -36,6 +36,11 @@ _FIELD = r"[A-Za-z_$][\w$.\[\]/-]*"
 _SENTENCES = (
     # ajv / Fastify: "body/items/0 must have required property 'sku'"
     re.compile(rf"^(?P<parent>{_FIELD})?\s*must have required property '(?P<field>[^']+)'"),
+    # Stoplight Prism: "Request body property category must have required property 'name'"
+    re.compile(
+        r"^Request (?:body|query|path|header)s?(?: (?:property|parameter) "
+        rf"(?P<parent>{_FIELD}))? must have required property '(?P<field>[^']+)'"
+    ),
     # go-playground/validator: "Key: 'CreateOrder.Items[0].Qty' Error:Field validation ..."
     re.compile(rf"^Key: '(?:\w+\.)?(?P<field>{_FIELD})' Error:"),
     # ASP.NET / Laravel: "The field Qty must be ...", "The items.0.qty field is required."

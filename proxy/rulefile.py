@@ -350,8 +350,9 @@ class _BoundedLoader(yaml.SafeLoader):
     still being composed (``&a [*a]``), which would expand forever.
     """
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, max_nodes: int = MAX_YAML_NODES) -> None:
         super().__init__(text)
+        self._max_nodes = max_nodes
         self._expanded = 0  # nodes so far, aliases counted as copies
         self._depth = 0  # of the node being composed; the root is 1
         self._reach = 0  # deepest level reached inside the node being composed
@@ -387,12 +388,12 @@ class _BoundedLoader(yaml.SafeLoader):
         return node
 
     def _check(self, depth: int, expanded: int, mark: Any, alias: str | None) -> None:
-        if depth <= MAX_YAML_DEPTH and expanded <= MAX_YAML_NODES:
+        if depth <= MAX_YAML_DEPTH and expanded <= self._max_nodes:
             return
         past = (
             f"deeper than {MAX_YAML_DEPTH} levels"
             if depth > MAX_YAML_DEPTH
-            else f"past {MAX_YAML_NODES} nodes"
+            else f"past {self._max_nodes} nodes"
         )
         if alias is None:
             problem = f"the document goes {past}"
@@ -446,13 +447,14 @@ def exhausted(where: str, exc: RecursionError | MemoryError) -> RuleError:
     return RuleError([f"{where}: {what} ({type(exc).__name__})"])
 
 
-def parse_yaml(text: str, name: str) -> tuple[Any, Lines]:
+def parse_yaml(text: str, name: str, max_nodes: int = MAX_YAML_NODES) -> tuple[Any, Lines]:
     """Parse YAML keeping each node's line; ``RuleError`` names the file and line on bad syntax.
 
     Every YAML operators write goes through here (rule files, ``--config``, test cases, recorded
-    responses), so every one is bounded by ``_BoundedLoader``.
+    responses), so every one is bounded by ``_BoundedLoader``; ``max_nodes`` is the bound (API
+    documents have their own, ``proxy/openapi/document.py``).
     """
-    loader = _BoundedLoader(text)
+    loader = _BoundedLoader(text, max_nodes)
     try:
         node = loader.get_single_node()
         lines: Lines = {}

@@ -33,6 +33,14 @@ rules:
   - id: t.unavailable
     when: {status: [502, 503]}
     envelope: {code: DOWN, category: unavailable}
+  - id: t.methods
+    when: {status: 405}
+    envelope:
+      code: NO_METHOD
+      category: method_not_allowed
+      hint: "Use a method in allowed_values."
+      steps: ["Pick a method from allowed_values.", "Send it again."]
+      allowed_values: "{{ headers.allow | split }}"
 """
 OPTIONS = BuildOptions(
     retry_after_default_ms=1500, retry_after_max_ms=60_000, docs_base_url="http://m"
@@ -183,3 +191,20 @@ def test_pointers_made_of_json_keys_are_not_mistaken_for_paths() -> None:
         409, '{"errors": [{"source": {"pointer": "/data/attributes/qty"}, "detail": "too big"}]}'
     )
     assert [f.field for f in env.invalid_fields] == ["/data/attributes/qty"]
+
+
+def test_a_hint_citing_a_field_it_has_is_kept() -> None:
+    """The rule's hint and steps stand when the field they cite has a value."""
+    env = envelope(405, "", headers={"Allow": "GET, HEAD"})
+    assert env.allowed_values == ["GET", "HEAD"]
+    assert env.hint == "Use a method in allowed_values."
+    assert env.steps[0] == "Pick a method from allowed_values."
+
+
+def test_a_hint_never_cites_a_null_field() -> None:
+    """Without ``Allow`` the hint and steps that cite ``allowed_values`` give way to the
+    action's own, which cite nothing empty."""
+    env = envelope(405, "")
+    assert env.allowed_values is None
+    assert "allowed_values" not in env.hint
+    assert not any("allowed_values" in step for step in env.steps)

@@ -7,9 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from multidict import CIMultiDict, MultiDict
 
 from proxy.engine import Engine, RuleStore
+from proxy.openapi import document as documents
 from proxy.openapi import facts
 from proxy.openapi.spec import Mount, Spec
 from proxy.rulefile import RuleError
@@ -97,11 +99,100 @@ def test_an_invalid_document_is_a_file_line_error(tmp_path: Path) -> None:
     assert caught.value.problems[0].startswith(f"{path}:7: ")
 
 
+def _many_paths(count: int) -> dict[str, object]:
+    """A valid 3.0 document of ``count`` operations (about 20 nodes each)."""
+    ok = {"200": {"description": "ok"}}
+    paths = {
+        f"/things{i}/{{id}}": {
+            "get": {
+                "operationId": f"thing{i}",
+                "parameters": [
+                    {"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}
+                ],
+                "responses": ok,
+            }
+        }
+        for i in range(count)
+    }
+    return {"openapi": "3.0.3", "info": {"title": "x", "version": "1"}, "paths": paths}
+
+
+def test_a_json_documents_problem_is_at_its_line(tmp_path: Path) -> None:
+    """A JSON document is read as JSON, and a problem in it is still reported at its line."""
+    document = json.loads((DATA / "shop-3.1.json").read_text())
+    document["paths"]["/orders"]["get"]["parameters"][1]["in"] = "body"
+    text = json.dumps(document, indent=2)
+    path = _broken(tmp_path, text, ".json")
+    with pytest.raises(RuleError) as caught:
+        Spec.load(path)
+    line = next(n for n, t in enumerate(text.splitlines(), 1) if '"in": "body"' in t)
+    assert caught.value.problems[0].startswith(f"{path}:{line}: "), caught.value.problems
+
+
+def _nodes(node: object) -> int:
+    """Keys, values and items, as the YAML bound counts them."""
+    if isinstance(node, dict):
+        return 1 + sum(1 + _nodes(v) for v in node.values())
+    if isinstance(node, list):
+        return 1 + sum(_nodes(v) for v in node)
+    return 1
+
+
+@pytest.mark.parametrize(
+    "suffix", [".json", pytest.param(".yaml", marks=pytest.mark.slow)]
+)  # PyYAML reads 100,000 nodes in about 10 s
+def test_api_documents_have_a_node_bound_of_their_own(tmp_path: Path, suffix: str) -> None:
+    """A document past the rule files' 100,000 nodes loads (JSON or YAML)."""
+    document = _many_paths(4200)
+    assert _nodes(document) > 100_000
+    path = tmp_path / f"big{suffix}"
+    path.write_text(json.dumps(document) if suffix == ".json" else yaml.safe_dump(document))
+    assert len(Spec.load(path).operations.all) == 4200
+
+
+def test_an_api_document_past_its_node_bound_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bound for API documents holds for JSON too, named in the problem."""
+    monkeypatch.setattr(documents, "MAX_DOCUMENT_NODES", 500)
+    path = _broken(tmp_path, json.dumps(_many_paths(50)), ".json")
+    with pytest.raises(RuleError, match="past 500 nodes"):
+        Spec.load(path)
+
+
+def test_thorough_checks_what_the_schema_alone_does_not(tmp_path: Path) -> None:
+    """A default of the wrong type passes the load's schema check; ``thorough`` (``mend check
+    --openapi``) finds it."""
+    document = _many_paths(1)
+    operation = document["paths"]["/things0/{id}"]["get"]  # type: ignore[index]
+    operation["parameters"].append(
+        {"name": "q", "in": "query", "schema": {"type": "integer", "default": "x"}}
+    )
+    path = _broken(tmp_path, json.dumps(document), ".json")
+    assert Spec.load(path).operations.all
+    with pytest.raises(RuleError, match="'x' is not of type 'integer'"):
+        Spec.load(path, thorough=True)
+
+
 def test_an_unknown_version_is_refused(tmp_path: Path) -> None:
     """Swagger 2.0 (or no version) is refused with the line of ``openapi:``."""
     path = _broken(tmp_path, "info: {}\nopenapi: 2.0\npaths: {}\n")
     with pytest.raises(RuleError, match=r":2: openapi: 2.0: give 3.0.x or 3.1.x"):
         Spec.load(path)
+
+
+@pytest.mark.parametrize("validate", [True, False])
+def test_a_validating_route_compiles_its_shared_parts_at_load(validate: bool) -> None:
+    """With ``validate_requests`` the validators' shared registry is built with the rules (off
+    the event loop); without it, never."""
+    route = Route(
+        name="shop",
+        upstream="http://127.0.0.1:9/api/v1",
+        openapi=DATA / "shop-3.0.yaml",
+        validate_requests=validate,
+    )
+    engine = Engine.load(Settings(routes=(route,), default_packs=False))
+    assert engine.specs["shop"].checker.prepared is validate
 
 
 def test_a_dangling_ref_is_an_error(tmp_path: Path) -> None:

@@ -142,6 +142,85 @@ async def test_unknown_pointer_is_kept_and_flagged(
     assert error["invalid_fields"][0]["allowed_values"] is None
 
 
+async def _answering(
+    start_upstream: StartUpstream, start_mend: StartMend, status: int, body: dict[str, Any]
+) -> dict[str, Any]:
+    """The envelope mend makes of ``POST /orders`` answered ``status`` ``body`` (shop 3.0)."""
+
+    async def answer(_: web.Request) -> web.Response:
+        return web.json_response(body, status=status)
+
+    server = await start_upstream({"/api/v1/orders": answer})
+    url = str(server.make_url("/api/v1")).rstrip("/")
+    mend = await start_mend(url, route={"openapi": SPECS[0]})
+    error: dict[str, Any] = (await (await mend.client.post("/orders", json=VALID_ORDER)).json())[
+        "error"
+    ]
+    return error
+
+
+async def test_a_field_named_only_in_prose_gets_its_pointer(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """An upstream that names the field only in its message: the documented field's pointer and
+    its allowed values."""
+    error = await _answering(
+        start_upstream, start_mend, 400, {"message": "Invalid value: 'priority' is not allowed"}
+    )
+    assert error["field"] == "/priority"
+    field = error["invalid_fields"][0]
+    assert (field["field"], field["documented"]) == ("/priority", True)
+    assert field["allowed_values"]["enum"] == ["low", "medium", "high"]
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("text/plain", "priority must be one of the allowed values"),
+        ("application/xml", "<error><message>'priority' is not valid</message></error>"),
+    ],
+    ids=["text", "xml"],
+)
+async def test_a_field_named_in_any_format_gets_its_pointer(
+    start_upstream: StartUpstream, start_mend: StartMend, content_type: str, body: str
+) -> None:
+    """Whatever the upstream's format, a documented field its message names gets its pointer
+    and the document's allowed values."""
+
+    async def answer(_: web.Request) -> web.Response:
+        return web.Response(status=400, text=body, content_type=content_type)
+
+    server = await start_upstream({"/api/v1/orders": answer})
+    url = str(server.make_url("/api/v1")).rstrip("/")
+    mend = await start_mend(url, route={"openapi": SPECS[0]})
+    error = (await (await mend.client.post("/orders", json=VALID_ORDER)).json())["error"]
+    field = error["invalid_fields"][0]
+    assert (field["field"], field["location"]) == ("/priority", "body")
+    assert field["allowed_values"]["enum"] == ["low", "medium", "high"]
+
+
+async def test_prose_naming_no_documented_field_adds_none(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """A message whose words are no documented field gives no invalid field."""
+    error = await _answering(
+        start_upstream, start_mend, 400, {"message": "'colour' must be chosen, the request is bad"}
+    )
+    assert error["invalid_fields"] == []
+
+
+async def test_a_pointer_with_a_framework_prefix_is_the_documented_field(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """Quarkus' ``create.arg0.priority`` is the document's ``/priority``."""
+    violations = [{"field": "create.arg0.priority", "message": "must not be null"}]
+    body = {"title": "Constraint Violation", "status": 400, "violations": violations}
+    error = await _answering(start_upstream, start_mend, 400, body)
+    field = error["invalid_fields"][0]
+    assert (field["field"], field["documented"]) == ("/priority", True)
+    assert error["field"] == "/priority"
+
+
 async def test_route_without_document_has_no_openapi_fields(
     start_upstream: StartUpstream, start_mend: StartMend
 ) -> None:

@@ -24,6 +24,7 @@ from urllib.parse import quote, unquote
 from proxy.envelope import Action, Category, Envelope, InvalidField
 from proxy.exchange import NOT_JSON
 from proxy.openapi import facts
+from proxy.openapi.named import named_fields
 from proxy.openapi.operations import Link, Operation, PathMatch, Template, split
 from proxy.openapi.spec import Mount, Spec
 from proxy.openapi.validate import Violation, echo
@@ -32,6 +33,8 @@ from proxy.openapi.validate import Violation, echo
 NEAREST = 3
 #: Templates compared with an undocumented path (a document may have thousands).
 _COMPARED = 500
+#: Tails of an undocumented pointer tried against the document (the longest first).
+_TAILS = 8
 #: Characters of a path segment compared when looking for the nearest template.
 _SEGMENT_CHARS = 64
 #: Methods an agent probably meant instead of the one it sent.
@@ -72,10 +75,11 @@ def enrich(
             return envelope
         return _redirect(envelope, spec, mount, request, located.spec_path, match)
     operation = match.operation
+    sent_fields = envelope.invalid_fields or _named(envelope, spec, operation)
     fields = (
         [_from_violation(v) for v in violations]
         if violations is not None
-        else [_with_facts(f, spec, operation, request) for f in envelope.invalid_fields]
+        else [_with_facts(f, spec, operation, request) for f in sent_fields]
     )
     bad = {f.field for f in fields}
     sent = {k: v for k, v in match.params.items() if "/" + k not in bad}
@@ -84,6 +88,10 @@ def enrich(
         "example_request": example_request(spec, mount, operation, sent),
     }
     update["invalid_fields"] = tuple(fields)
+    if violations is None and fields:  # the field as the document spells it
+        renamed = {f.field: g.field for f, g in zip(sent_fields, fields, strict=True)}
+        if envelope.field is None or envelope.field in renamed:
+            update["field"] = renamed.get(envelope.field or "", fields[0].field)
     if violations is not None and fields:
         update["field"] = fields[0].field
         update["message"] = (
@@ -105,6 +113,14 @@ def enrich(
     if envelope.next_operation is None:
         update.update(_linked(envelope, spec, mount, operation, match, request))
     return envelope.model_copy(update=update)
+
+
+def _named(envelope: Envelope, spec: Spec, operation: Operation) -> list[InvalidField]:
+    """For a validation envelope that lists no field: the documented fields its message names."""
+    if envelope.category is not Category.VALIDATION:
+        return []
+    pointers = named_fields(envelope.message, lambda p: documented_pointer(spec, operation, p) == p)
+    return [InvalidField(field=p, reason=envelope.message[:300]) for p in pointers]
 
 
 def _advised(steps: Sequence[str], fields: Sequence[InvalidField]) -> tuple[str, ...]:
@@ -163,33 +179,72 @@ def _from_violation(violation: Violation) -> InvalidField:
 def schema_at(spec: Spec, operation: Operation, pointer: str) -> tuple[Any, str] | None:
     """The schema a pointer names in the operation's request, and where: the JSON body first,
     then a parameter by name (query, path, header)."""
-    segments = split(pointer) if pointer else []
+    found = _located(spec, operation, split(pointer) if pointer else [])
+    return None if found is None else (found[0], found[1])
+
+
+def _located(
+    spec: Spec, operation: Operation, segments: list[str]
+) -> tuple[Any, str, str | None] | None:
+    """``schema_at`` for pointer segments, with the parameter's documented name (``None`` in
+    the body)."""
     body = operation.body
     if body is not None and body.schema is not None:
         if not segments:
-            return body.schema, "body"
+            return body.schema, "body", None
         found = facts.at_pointer(body.schema, segments, spec.document)
         if found is not None:
-            return found, "body"
+            return found, "body", None
     if segments:
         name = segments[0].replace("~1", "/").replace("~0", "~")
-        for param in operation.parameters:
-            if param.name == name or (
-                param.location == "header" and param.name.lower() == name.lower()
-            ):
-                found = facts.at_pointer(param.schema, segments[1:], spec.document)
-                if found is not None:
-                    return found, param.location
+        # exact first; then regardless of case (headers, and Prism's "petid" for petId)
+        for exact in (True, False):
+            for param in operation.parameters:
+                if (param.name == name) if exact else (param.name.lower() == name.lower()):
+                    found = facts.at_pointer(param.schema, segments[1:], spec.document)
+                    if found is not None:
+                        return found, param.location, param.name
     return None
+
+
+def documented_pointer(spec: Spec, operation: Operation, pointer: str) -> str | None:
+    """``pointer`` as the document spells it: as sent when the document knows it, else its
+    longest tail the document knows (Quarkus' ``/create/arg0/name`` is ``/name``), a parameter's
+    name in the document's case; ``None`` when no tail is documented."""
+    found = _documented(spec, operation, pointer)
+    return None if found is None else found[0]
+
+
+def _documented(spec: Spec, operation: Operation, pointer: str) -> tuple[str, Any, str] | None:
+    """The documented pointer (``documented_pointer``), its schema and where it is."""
+    segments = split(pointer) if pointer else []
+    if not segments:
+        found = _located(spec, operation, segments)
+        return None if found is None else (pointer, found[0], found[1])
+    for start in range(min(len(segments), _TAILS)):
+        tail = segments[start:]
+        found = _located(spec, operation, tail)
+        if found is None:
+            continue
+        schema, location, name = found
+        if name is not None and name != tail[0].replace("~1", "/").replace("~0", "~"):
+            tail = [_escape(name), *tail[1:]]
+        return "/" + "/".join(tail), schema, location
+    return None
+
+
+def _escape(segment: str) -> str:
+    return segment.replace("~", "~0").replace("/", "~1")
 
 
 def _with_facts(
     field: InvalidField, spec: Spec, operation: Operation, request: Request
 ) -> InvalidField:
-    found = schema_at(spec, operation, field.field)
-    if found is None:
+    documented = _documented(spec, operation, field.field)
+    if documented is None:
         return field.model_copy(update={"documented": False})
-    schema, location = found
+    pointer, schema, location = documented
+    field = field.model_copy(update={"field": pointer})
     known = facts.allowed_values(schema, spec.document)
     allowed: Any = field.allowed_values
     if known:
@@ -351,23 +406,14 @@ def _redirect(
 ) -> Envelope:
     """A 404 or 405 on a path or method the document lacks: the nearest documented operation."""
     method = request.method.upper()
-    if match is not None:  # the path is documented; the method is not
-        methods = sorted(match.template.methods)
-        if not methods:
-            return envelope
-        chosen = next((m for m in _KIN.get(method, ()) if m in methods), methods[0])
-        candidates = [(chosen, match.template, match.params)]
-        allowed: dict[str, Any] = {"methods": methods}
-    else:
-        candidates = _nearest(spec, method, spec_path)
-        if not candidates:
-            return envelope
-        allowed = {}
+    candidates = _nearest(spec, method, spec_path, match)
+    if not candidates:
+        return envelope
     operations = [f"{m} {spec.agent_path(t.path, mount)}" for m, t, _ in candidates]
-    allowed["operations"] = operations
     chosen_method, template, params = candidates[0]
-    if "methods" not in allowed:
-        allowed["methods"] = sorted(template.methods)
+    # the methods of the path sent when it is documented (a 405's Allow), else the suggestion's
+    methods = sorted((match.template if match is not None else template).methods)
+    allowed: dict[str, Any] = {"methods": methods, "operations": operations}
     next_operation = operations[0]
     hint = (
         f"{method} {unquote(request.path)[:200]} is not an operation of this API; "
@@ -388,17 +434,40 @@ def _redirect(
     return envelope.model_copy(update=update)
 
 
-def _nearest(spec: Spec, method: str, spec_path: str) -> list[tuple[str, Template, dict[str, str]]]:
-    """The documented operations nearest ``method spec_path``: by path (segment by segment,
-    a template parameter fitting anything), then by method."""
+def allow_header(allowed_values: Any) -> str | None:
+    """The ``Allow`` header of a 405 envelope from the methods its ``allowed_values`` name (the
+    document's for the path, or the upstream's ``Allow`` read back); ``None`` without any."""
+    methods = allowed_values.get("methods") if isinstance(allowed_values, Mapping) else None
+    if methods is None:
+        methods = allowed_values
+    if not isinstance(methods, list):
+        return None
+    names = [m for m in methods if isinstance(m, str) and m.isascii() and m.isalpha()]
+    return ", ".join(m[:16] for m in names[:16]) or None
+
+
+def _nearest(
+    spec: Spec, method: str, spec_path: str, match: PathMatch | None = None
+) -> list[tuple[str, Template, dict[str, str]]]:
+    """The documented operations nearest ``method spec_path``, path and method weighed
+    together: the path segment by segment (0 to 2, a template parameter fitting anything), plus
+    1 for the method sent and 0.4 for a kindred one, so ``GET /pets`` is nearer ``GET
+    /pet/findByStatus`` than ``POST /pet``, and ``POST /user/repo`` nearer ``POST /user/repos``
+    than ``GET /user/{account_id}``, whose template the path fits."""
     segments = [s[:_SEGMENT_CHARS] for s in split(spec_path)[:16]]
     scored: list[tuple[float, str, Template, dict[str, str]]] = []
     # templates of about the request's length, at most _COMPARED of them: a 404 must stay cheap
     near = [t for t in spec.operations.templates if abs(len(t.literals) - len(segments)) <= 1]
-    for template in near[:_COMPARED]:
+    near = near[:_COMPARED]
+    if match is not None and all(t is not match.template for t in near):
+        near.append(match.template)
+    for template in near:
         score, params = _path_score(segments, template)
+        if match is not None and template is match.template:
+            params = dict(match.params)
         for op_method in template.methods:
-            bonus = 0.5 if op_method == method else 0.2 if op_method in _KIN.get(method, ()) else 0
+            kin = _KIN.get(method, ())
+            bonus = 1.0 if op_method == method else 0.4 if op_method in kin else 0.0
             scored.append((score + bonus, op_method, template, params))
     scored.sort(key=lambda item: (-item[0], item[2].path, item[1]))
     return [(m, t, p) for _, m, t, p in scored[:NEAREST]]

@@ -33,6 +33,7 @@ class Parameter:
     explode: bool
     example: Any = None
     has_example: bool = False
+    allow_empty: bool = False  # ``allowEmptyValue`` (query parameters)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,17 +134,23 @@ class Operations:
         segments = split(spec_path)
         if len(segments) > MAX_SEGMENTS:
             return None
-        best: tuple[Template, dict[str, str]] | None = None
+        method = method.upper()
+        best: tuple[tuple[bool, ...], bool, Template, dict[str, str]] | None = None
         for template in self.templates:
             if len(template.literals) != len(segments):
                 continue
             params = template.match(segments)
-            if params is not None and (best is None or template.rank > best[0].rank):
-                best = (template, params)
+            if params is None:
+                continue
+            # the most literal template; of equally literal ones (``/a/{id}`` and ``/a/{digest}``)
+            # the one documenting the method
+            key = (template.rank, method in template.methods)
+            if best is None or key > best[:2]:
+                best = (*key, template, params)
         if best is None:
             return None
-        template, params = best
-        return PathMatch(template, params, template.methods.get(method.upper()))
+        template, params = best[2], best[3]
+        return PathMatch(template, params, template.methods.get(method))
 
 
 def split(path: str) -> list[str]:
@@ -207,6 +214,7 @@ def _parameters(items: Any, document: Document) -> dict[tuple[str, str], Paramet
             explode=bool(item.get("explode", style_default)),
             example=example,
             has_example=has_example,
+            allow_empty=item.get("allowEmptyValue") is True,
         )
     return out
 

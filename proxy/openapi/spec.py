@@ -58,9 +58,10 @@ class Spec:
     examples: dict[tuple[str, str], Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def load(cls, path: Path) -> Spec:
-        """``RuleError`` (``file:line`` problems) when the document is not a valid one."""
-        document = load_document(path)
+    def load(cls, path: Path, thorough: bool = False) -> Spec:
+        """``RuleError`` (``file:line`` problems) when the document is not a valid one;
+        ``thorough``: every schema and operation checked too (``mend check --openapi``)."""
+        document = load_document(path, thorough)
         operations = read_operations(document)
         return cls(path, document, operations, Checker(document, operations))
 

@@ -17,7 +17,9 @@ request is never refused for what mend cannot read.
 
 from __future__ import annotations
 
+import binascii
 import functools
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -39,6 +41,14 @@ if TYPE_CHECKING:
 MAX_VIOLATIONS = 50
 #: Characters of a received string echoed back; bytes of a received object or array.
 _ECHO_CHARS = 256
+_UNBUILT: Any = object()
+#: Each digit as ``1``, every other byte ``0``: a run of 19 ones is a number orjson may not keep.
+_DIGITS = bytes(0x31 if 0x30 <= b <= 0x39 else 0x30 for b in range(256))
+_LONG_NUMBER = b"1" * 19
+#: The keywords beside which OpenAPI 3.0's ``nullable: true`` still admits ``null``.
+_NULLABLE_BESIDE = ("oneOf", "anyOf", "allOf", "enum")
+#: OpenAPI's integer formats and the ranges they name.
+_INT_FORMATS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 #: Headers OpenAPI says a parameter may not describe.
 _IGNORED_HEADERS = frozenset({"accept", "content-type", "authorization"})
 
@@ -96,7 +106,8 @@ def _absolute(schema: Any, depth: int = 0) -> Any:
 
 
 class Checker:
-    """Compiled validators for every operation of one document."""
+    """Validators for the operations of one document, each operation's compiled the first time a
+    request calls it (a document of 1,200 operations costs what the called ones need)."""
 
     def __init__(self, document: Document, operations: Operations) -> None:
         # imported here: a mend without documents does not pay for them at start-up
@@ -114,24 +125,55 @@ class Checker:
             base: Any = OAS30WriteValidator
             self._formats = oas30_format_checker
             self._rs_cls: Any = jsonschema_rs.Draft4Validator
-            data = _nullable_as_type(document.data)
         else:
             base, self._formats = OAS31Validator, oas31_format_checker
-            self._rs_cls, data = jsonschema_rs.Draft202012Validator, document.data
+            self._rs_cls = jsonschema_rs.Draft202012Validator
         keywords = {
             "pattern": _linear_pattern,
             "patternProperties": _linear_pattern_properties,
             "additionalProperties": _linear_additional(base.VALIDATORS["additionalProperties"]),
         }
+        if document.version == "3.0":  # null where nullable: true, beside these too
+            for name in _NULLABLE_BESIDE:
+                keywords[name] = _nullable_aware(base.VALIDATORS[name])
         self._cls = extend(base, keywords)  # type: ignore[no-untyped-call]
         self._rs_options = jsonschema_rs.RegexOptions()
-        try:
-            self._rs_registry: Any = jsonschema_rs.Registry([(BASE_URI, data)])
-        except Exception:
-            self._rs_registry = None
-        self.operations: dict[tuple[str, str], CheckedOperation] = {
-            (op.method, op.path): self._compile(op) for op in operations.all
-        }
+        self._rs_registry: Any = _UNBUILT
+        self._documented = {(op.method, op.path): op for op in operations.all}
+        #: each called operation's validators (at most one per documented operation)
+        self._compiled: dict[tuple[str, str], CheckedOperation] = {}
+
+    def operation(self, method: str, path: str) -> CheckedOperation:
+        """The documented operation ``method path`` compiled (once); ``KeyError`` if unknown."""
+        key = (method, path)
+        found = self._compiled.get(key)
+        if found is None:
+            found = self._compiled[key] = self._compile(self._documented[key])
+        return found
+
+    @property
+    def prepared(self) -> bool:
+        """Whether what every compile shares is built."""
+        return self._rs_registry is not _UNBUILT
+
+    def prepare(self) -> None:
+        """Build what every compile shares (jsonschema-rs's registry: 0.1-0.4 s for GitHub's
+        document) now, at load, off the event loop, for a route that validates requests."""
+        self._registry()
+
+    def _registry(self) -> Any:
+        """jsonschema-rs's registry, built by ``prepare`` or on the first compile: only the parts
+        of the document a ``$ref`` names (GitHub's schemas are 2.6 of its 13 MB), as its draft
+        reads them."""
+        if self._rs_registry is _UNBUILT:
+            import jsonschema_rs  # noqa: PLC0415
+
+            data = _for_rs(_referenced(self.document), self.document.version == "3.0")
+            try:
+                self._rs_registry = jsonschema_rs.Registry([(BASE_URI, data)])
+            except Exception:
+                self._rs_registry = None
+        return self._rs_registry
 
     def _validator(self, schema: Any) -> Compiled:
         absolute = _absolute(schema)
@@ -139,14 +181,13 @@ class Checker:
             absolute, registry=self.document.registry, format_checker=self._formats
         )
         fast = None
-        if self._rs_registry is not None:
-            if self.document.version == "3.0":
-                absolute = _nullable_as_type(absolute)
+        if self._registry() is not None:
             try:
                 fast = self._rs_cls(
-                    absolute,
+                    _for_rs(absolute, self.document.version == "3.0"),
                     registry=self._rs_registry,
                     validate_formats=True,
+                    formats=_RS_FORMATS,
                     pattern_options=self._rs_options,
                 )
             except Exception:
@@ -184,7 +225,7 @@ class Checker:
         """Every violation of the operation ``match`` found (none: the request may go); ``body``
         ``None`` is a body not read (too large or content-encoded), ``b""`` no body."""
         assert match.operation is not None
-        checked = self.operations[(match.operation.method, match.operation.path)]
+        checked = self.operation(match.operation.method, match.operation.path)
         out: list[Violation] = []
         for param in checked.params:
             out.extend(self._param(param, match.params, query, headers))
@@ -219,6 +260,11 @@ class Checker:
                     facts.example(spec.schema, self.document),
                 )
             ]
+        if location == "query" and spec.required and not spec.allow_empty and not any(values):
+            allowed = facts.allowed_values(spec.schema, self.document)
+            example = facts.example(spec.schema, self.document)
+            reason = "is a required query parameter and must not be empty"
+            return [Violation(pointer, location, reason, "", allowed, example)]
         if param.validator is None:
             return []
         if param.array_of is not None:
@@ -255,6 +301,9 @@ class Checker:
         if checked.body is None or not _json_type(media_type):
             return []
         document = nesting.loads(body)
+        if document is not NOT_JSON and _LONG_NUMBER in body.translate(_DIGITS):
+            # orjson reads an integer past 64 bits as a float; the standard library keeps it
+            document = json.loads(body)
         if document is NOT_JSON:
             return [
                 Violation(
@@ -339,6 +388,34 @@ class Checker:
         ]
 
 
+def _referenced(document: Document) -> dict[str, Any]:
+    """The document reduced to the subtrees its refs name, three segments deep
+    (``#/components/schemas/Pet``, ``#/paths/~1pets/get``), examples left out: the schemas a
+    ``$ref`` in a schema can reach."""
+    out: dict[str, Any] = {}
+    made = {id(out)}  # the dicts built here (the others are the document's own: never written)
+    for ref in document.refs:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in ref[2:].split("/")[:3]]
+        if not ref.startswith("#/") or parts[:2] == ["components", "examples"]:
+            continue
+        source: Any = document.data
+        target = out
+        for index, part in enumerate(parts):
+            if not isinstance(source, Mapping) or part not in source:
+                break
+            source = source[part]
+            if index == len(parts) - 1:
+                target[part] = source
+            else:
+                if part not in target:
+                    target[part] = {}
+                    made.add(id(target[part]))
+                target = target[part]
+                if id(target) not in made:
+                    break
+    return out
+
+
 @functools.lru_cache(maxsize=1024)
 def _re2(pattern: str) -> Linear | None:
     try:
@@ -399,23 +476,57 @@ def _linear_additional(original: Any) -> Any:
     return keyword
 
 
-def _nullable_as_type(node: Any, depth: int = 0) -> Any:
-    """An OpenAPI 3.0 schema (or document) as draft 4 reads it: ``nullable: true`` becomes
-    ``null`` in ``type`` (and in ``enum``), for jsonschema-rs."""
+def _for_rs(node: Any, nullable: bool, depth: int = 0) -> Any:
+    """A schema (or document part) as jsonschema-rs's draft reads what OpenAPI means by it:
+    with ``nullable`` (3.0), ``nullable: true`` becomes ``null`` in ``type`` and ``enum``, and
+    beside ``oneOf``/``anyOf``/``allOf`` an alternative of its own (GitHub's ``nullable: true,
+    allOf: [{$ref}]``); ``format: int32``/``int64`` become the range they name."""
     if depth > 64:
         return node
-    if isinstance(node, Mapping):
-        out = {k: _nullable_as_type(v, depth + 1) for k, v in node.items()}
-        if out.get("nullable") is True:
-            kind = out.get("type")
-            if isinstance(kind, str):
-                out["type"] = [kind, "null"]
-            if isinstance(out.get("enum"), list) and None not in out["enum"]:
-                out["enum"] = [*out["enum"], None]
-        return out
     if isinstance(node, list):
-        return [_nullable_as_type(v, depth + 1) for v in node]
-    return node
+        return [_for_rs(v, nullable, depth + 1) for v in node]
+    if not isinstance(node, Mapping):
+        return node
+    out = {k: _for_rs(v, nullable, depth + 1) for k, v in node.items()}
+    fmt = out.get("format")
+    bounds = _INT_FORMATS.get(fmt) if isinstance(fmt, str) else None
+    if bounds is not None:
+        out.setdefault("minimum", bounds[0])
+        out.setdefault("maximum", bounds[1])
+    if nullable and out.get("nullable") is True:
+        kind = out.get("type")
+        if isinstance(kind, str):
+            out["type"] = [kind, "null"]
+        if isinstance(out.get("enum"), list) and None not in out["enum"]:
+            out["enum"] = [*out["enum"], None]
+        if any(k in out for k in _NULLABLE_BESIDE if k != "enum"):
+            rest = {k: v for k, v in out.items() if k != "nullable"}
+            return {"anyOf": [{"type": "null"}, rest]}
+    return out
+
+
+def _nullable_aware(original: Any) -> Any:
+    """An OpenAPI 3.0 keyword that lets ``null`` through where the schema says ``nullable``."""
+
+    def keyword(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        if instance is None and isinstance(schema, Mapping) and schema.get("nullable") is True:
+            return
+        yield from original(validator, value, instance, schema)
+
+    return keyword
+
+
+def _is_base64(value: str) -> bool:
+    """OpenAPI's ``format: byte``: base64 (RFC 4648), padded."""
+    try:
+        binascii.a2b_base64(value.encode("ascii"), strict_mode=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        return False
+    return True
+
+
+#: Formats OpenAPI names that jsonschema-rs does not know (it checks date, date-time, email...).
+_RS_FORMATS = {"byte": _is_base64}
 
 
 def _reason(keyword: str, value: Any) -> str:

@@ -1,0 +1,355 @@
+"""OpenAPI documents as published (GitHub's REST description, Petstore, Train Travel), served by a
+real mock server (Stoplight Prism) and driven by real clients, behind ``mend run``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import requests
+import schemathesis
+from aiohttp import web
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+from multidict import CIMultiDict
+from schemathesis.generation import GenerationMode
+from yarl import URL
+
+from proxy.envelope import Envelope
+from proxy.openapi.spec import Mount, Spec
+from tests.conftest import StartMend, StartUpstream
+from tests.published.documents import document, mend_run, prism
+
+#: Petstore's operations need a credential; Prism checks only that one is there.
+AUTH = {"Authorization": "Bearer agent", "api_key": "agent"}
+
+#: What loading GitHub's document may take on a shared two-core machine (about 1 s alone).
+GITHUB_LOAD_S = 8.0
+#: Peak memory of a process that loaded it (about 120 MiB, the interpreter's 60 included).
+GITHUB_RSS_MIB = 320
+
+_MEASURE = """
+import json, resource, sys, time
+from pathlib import Path
+from proxy.openapi.spec import Spec
+started = time.perf_counter()
+spec = Spec.load(Path(sys.argv[1]))
+loaded = time.perf_counter() - started
+for op in spec.operations.all[:100]:
+    spec.checker.operation(op.method, op.path)
+print(json.dumps({
+    "operations": len(spec.operations.all),
+    "load_s": loaded,
+    "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+}))
+"""
+
+
+def _measure(path: Path) -> dict[str, float]:
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    figures: dict[str, float] = json.loads(done.stdout)
+    return figures
+
+
+def test_githubs_document_is_ready_in_seconds() -> None:
+    """GitHub's 13 MB description loads in seconds, its 1,223 operations found, in little memory."""
+    figures = _measure(document("github"))
+    print(f"GitHub's document: {figures}")
+    assert figures["operations"] == 1223
+    assert figures["load_s"] < GITHUB_LOAD_S
+    assert figures["rss_mib"] < GITHUB_RSS_MIB
+
+
+@pytest.mark.parametrize("name", ["petstore", "train-travel"])
+def test_published_documents_load(name: str) -> None:
+    """The classic Petstore (3.0) and the Train Travel API (3.1) load with their operations."""
+    spec = Spec.load(document(name))
+    assert spec.operations.all
+    assert all(op.id for op in spec.operations.all)
+
+
+@pytest.fixture(scope="module")
+def petstore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str]]:
+    """Prism mocking Petstore; ``mend run`` in front with the document and without: three URLs.
+
+    Prism serves the paths at its root whatever ``servers`` says, so mend is given the document
+    with ``servers`` naming that root, as an operator deploying a mock would."""
+    logs = tmp_path_factory.mktemp("petstore")
+    published = json.loads(document("petstore").read_bytes())
+    path = logs / "petstore.json"
+    path.write_text(json.dumps({**published, "servers": [{"url": "/"}]}))
+    with (
+        prism(path, logs / "prism.log") as upstream,
+        mend_run("--upstream", upstream, "--openapi", str(path), log=logs / "mend.log") as mend,
+        mend_run("--upstream", upstream, log=logs / "plain.log") as plain,
+    ):
+        yield upstream, mend, plain
+
+
+def _error(response: httpx.Response) -> dict[str, Any]:
+    error: dict[str, Any] = response.json()["error"]
+    return error
+
+
+def _fields(error: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f["field"]: f for f in error["invalid_fields"]}
+
+
+def test_prisms_body_violations_get_pointers_and_the_documented_enum(
+    petstore: tuple[str, str, str],
+) -> None:
+    """Prism's 422 ``validation[]`` becomes every field's pointer, the enum's values the
+    document's."""
+    _, mend, _ = petstore
+    body = {"name": 5, "photoUrls": "x", "status": "bogus"}
+    response = httpx.post(f"{mend}/pet", json=body, headers=AUTH, timeout=10)
+    assert response.status_code == 422
+    error = _error(response)
+    assert error["code"] == "VALIDATION_FAILED"
+    fields = _fields(error)
+    assert set(fields) == {"/name", "/photoUrls", "/status"}
+    assert fields["/status"]["allowed_values"]["enum"] == ["available", "pending", "sold"]
+    assert all(f["documented"] and f["location"] == "body" for f in fields.values())
+
+
+def test_prisms_problem_gets_pointers_without_a_document(petstore: tuple[str, str, str]) -> None:
+    """The pack alone reads Prism's ``validation[]``: pointers and the enum from the message."""
+    _, _, plain = petstore
+    body = {"name": "rex", "photoUrls": [], "status": "bogus"}
+    response = httpx.post(f"{plain}/pet", json=body, headers=AUTH, timeout=10)
+    fields = _fields(_error(response))
+    assert fields["/status"]["allowed_values"] == {"enum": ["available", "pending", "sold"]}
+
+
+def test_prisms_header_violation_names_the_documented_query_parameter(
+    petstore: tuple[str, str, str],
+) -> None:
+    """An empty 400 whose ``sl-violations`` header names ``status`` gets its pointer and enum."""
+    _, mend, _ = petstore
+    response = httpx.get(
+        f"{mend}/pet/findByStatus", params={"status": "bogus"}, headers=AUTH, timeout=10
+    )
+    assert response.status_code == 400
+    error = _error(response)
+    assert error["field"] == "/status"
+    status = _fields(error)["/status"]
+    assert status["location"] == "query"
+    assert status["allowed_values"]["enum"] == ["available", "pending", "sold"]
+
+
+def test_prisms_lowercased_path_parameter_is_named_as_documented(
+    petstore: tuple[str, str, str],
+) -> None:
+    """Prism says ``petid``; the envelope names the document's ``/petId``, a path parameter."""
+    _, mend, _ = petstore
+    response = httpx.get(f"{mend}/pet/abc", headers=AUTH, timeout=10)
+    assert response.status_code == 400
+    error = _error(response)
+    assert error["field"] == "/petId"
+    assert _fields(error)["/petId"]["location"] == "path"
+
+
+def test_prisms_successes_pass_byte_identical(petstore: tuple[str, str, str]) -> None:
+    """A documented success through mend is the bytes Prism sends directly."""
+    upstream, mend, _ = petstore
+    query = {"status": "available"}
+    direct = httpx.get(f"{upstream}/pet/findByStatus", params=query, headers=AUTH, timeout=10)
+    proxied = httpx.get(f"{mend}/pet/findByStatus", params=query, headers=AUTH, timeout=10)
+    assert direct.status_code == proxied.status_code == 200
+    assert proxied.content == direct.content
+
+
+def test_next_operation_weighs_the_method(petstore: tuple[str, str, str]) -> None:
+    """``GET /pets`` (a 404 from Prism) is sent to a GET operation, not to ``POST /pet``."""
+    _, mend, _ = petstore
+    response = httpx.get(f"{mend}/pets", headers=AUTH, timeout=10)
+    assert response.status_code == 404
+    error = _error(response)
+    assert error["next_operation"] == "GET /pet/findByStatus"
+    assert error["action"] == "call_other_operation"
+
+
+def test_a_405_carries_allow_from_the_document(petstore: tuple[str, str, str]) -> None:
+    """Prism's 405 has no ``Allow``; through mend it has the document's methods for the path."""
+    upstream, mend, _ = petstore
+    direct = httpx.patch(f"{upstream}/pet", headers=AUTH, timeout=10)
+    assert direct.status_code == 405
+    assert "Allow" not in direct.headers
+    response = httpx.patch(f"{mend}/pet", headers=AUTH, timeout=10)
+    assert response.status_code == 405
+    assert response.headers["Allow"] == "POST, PUT"
+    assert _error(response)["allowed_values"]["methods"] == ["POST", "PUT"]
+
+
+def test_a_405_hint_cites_no_null_field(petstore: tuple[str, str, str]) -> None:
+    """Without a document nothing lists the methods: the hint and steps do not send the agent
+    to ``allowed_values``, which is null."""
+    _, _, plain = petstore
+    response = httpx.patch(f"{plain}/pet", headers=AUTH, timeout=10)
+    error = _error(response)
+    assert error["allowed_values"] is None
+    assert "allowed_values" not in error["hint"]
+    assert not any("allowed_values" in step for step in error["steps"])
+
+
+async def test_next_operation_weighs_the_method_on_githubs_document(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """``POST /user/repo`` fits ``GET /user/{account_id}``'s template; the nearest operation is
+    ``POST /user/repos``."""
+
+    async def not_found(_: web.Request) -> web.Response:
+        return web.json_response({"message": "Not Found"}, status=404)
+
+    server = await start_upstream({"/{tail:.*}": not_found})
+    mend = await start_mend(server, route={"openapi": document("github")})
+    response = await mend.client.post("/user/repo", json={"name": "x"})
+    error = (await response.json())["error"]
+    assert error["next_operation"] == "POST /user/repos"
+    assert "POST /user/repos" in error["allowed_values"]["operations"]
+
+
+def _empty_required_query(operation: Any, case: Any) -> bool:
+    """Whether ``case`` sends a required query parameter with no value: OpenAPI's
+    ``allowEmptyValue`` defaults to false (so mend refuses it), Schemathesis does not read it."""
+    for param in operation.query:
+        value = (case.query or {}).get(param.name)
+        values = value if isinstance(value, list) else [value]
+        if (
+            param.is_required
+            and param.definition.get("allowEmptyValue") is not True
+            and not any(str(v) for v in values if v is not None)
+        ):
+            return True
+    return False
+
+
+def _refusal(spec: Spec, base: str, case: Any) -> str | None:
+    """``case`` serialised by ``requests`` as a client would, through mend's checker: why it
+    was refused, or ``None``."""
+    kwargs = case.as_transport_kwargs(base_url=base)
+    wanted = ("method", "url", "params", "headers", "json", "data")
+    prepared = requests.Request(**{k: v for k, v in kwargs.items() if k in wanted}).prepare()
+    url = URL(str(prepared.url), encoded=True)
+    sent: Any = prepared.body or b""
+    body = sent.encode() if isinstance(sent, str) else bytes(sent)
+    located = spec.locate(str(prepared.method), url.raw_path, Mount("/", False, ""))
+    match = located.match if located is not None else None
+    if match is None or match.operation is None:
+        return f"{prepared.method} {url.raw_path}: not located"
+    content_type = str(prepared.headers.get("Content-Type", ""))
+    found = spec.checker.check(match, url.query, CIMultiDict(prepared.headers), content_type, body)
+    if found:
+        return f"{prepared.method} {url.raw_path}: {[(v.pointer, v.reason) for v in found[:3]]}"
+    return None
+
+
+def _generate(
+    operation: Any, per_operation: int, each: Any, mode: Any = GenerationMode.POSITIVE
+) -> None:
+    """``each(case)`` for ``per_operation`` cases Schemathesis generates for ``operation`` (valid
+    ones by default)."""
+
+    @given(operation.as_strategy(generation_mode=mode))
+    @settings(
+        max_examples=per_operation,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    def run(case: Any) -> None:
+        if mode is not GenerationMode.POSITIVE or not _empty_required_query(operation, case):
+            each(case)
+
+    run()
+
+
+def _refusals(spec: Spec, path: Path, per_operation: int) -> tuple[int, list[str]]:
+    """Schemathesis' valid requests for every operation of ``path``: how many were checked, and
+    the ones mend refused."""
+    base = "http://upstream" + spec.operations.base_path
+    checked: list[str | None] = []
+    for result in schemathesis.openapi.from_path(str(path)).get_all_operations():
+        operation: Any = result.ok()  # type: ignore[union-attr]  # an Err raises: a test error
+        _generate(operation, per_operation, lambda case: checked.append(_refusal(spec, base, case)))
+    return len(checked), [r for r in checked if r is not None]
+
+
+@pytest.mark.parametrize(
+    ("name", "per_operation"),
+    [
+        ("petstore", 25),
+        ("train-travel", 25),
+        pytest.param("github", 2, marks=pytest.mark.slow),  # ~2,400 requests, a few minutes
+    ],
+)
+def test_generated_valid_requests_are_never_refused(name: str, per_operation: int) -> None:
+    """Every request Schemathesis generates as valid for the document passes validation."""
+    path = document(name)
+    sent, refused = _refusals(Spec.load(path), path, per_operation)
+    print(f"{name}: {sent} generated valid requests, {len(refused)} refused")
+    assert sent > 5 * per_operation
+    assert refused == []
+
+
+def _exchange(case: Any, base: str) -> httpx.Response:
+    """``case`` serialised by ``requests``, sent by httpx to ``base`` with a credential."""
+    kwargs = case.as_transport_kwargs(base_url=base)
+    wanted = ("method", "url", "params", "headers", "json", "data")
+    request = requests.Request(**{k: v for k, v in kwargs.items() if k in wanted}).prepare()
+    sent: Any = request.body
+    written = {
+        str(k): v if isinstance(v, str) else v.decode("latin-1") for k, v in request.headers.items()
+    }
+    headers = {**written, **AUTH}
+    return httpx.request(
+        str(request.method), str(request.url), headers=headers, content=sent, timeout=5
+    )
+
+
+@pytest.mark.slow  # about 400 exchanges, each sent twice
+def test_generated_exchanges_through_mend(petstore: tuple[str, str, str]) -> None:
+    """Schemathesis' requests, valid and invalid, sent to Prism directly and through mend: every
+    success byte-identical, every error a valid envelope with the upstream's status."""
+    upstream, mend, _ = petstore
+    counts = {"success": 0, "error": 0}
+    for result in schemathesis.openapi.from_path(str(document("petstore"))).get_all_operations():
+        operation: Any = result.ok()  # type: ignore[union-attr]  # an Err raises: a test error
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            try:
+                _generate(operation, 10, lambda case: _compare(case, upstream, mend, counts), mode)
+            except Unsatisfiable:  # an operation with nothing to get wrong
+                continue
+    print(f"Petstore through mend: {counts}")
+    assert counts["success"] > 50
+    assert counts["error"] > 50
+
+
+def _compare(case: Any, upstream: str, mend: str, counts: dict[str, int]) -> None:
+    try:
+        direct = _exchange(case, upstream)
+    except httpx.TimeoutException:  # Prism never answers some malformed requests
+        counts["unanswered"] = counts.get("unanswered", 0) + 1
+        return
+    proxied = _exchange(case, mend)
+    if direct.status_code < 400:
+        counts["success"] += 1
+        assert proxied.status_code == direct.status_code
+        assert proxied.content == direct.content
+    else:
+        counts["error"] += 1
+        envelope = Envelope.model_validate(proxied.json()["error"])
+        assert envelope.upstream_status == direct.status_code

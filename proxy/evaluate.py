@@ -6,7 +6,7 @@ tests and explanations show is exactly what agents get.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,14 +43,20 @@ def rewrite(
 ) -> Evaluation:
     """The envelope for a matched exchange; every upstream-derived value is scrubbed."""
     kinds: list[str] = []
+    scrub = scrubber(redactor, exchange, kinds)
+    envelope = build(match.rule.envelope, match.rule.id, exchange, match.found, scrub, options)
+    return Evaluation(envelope, match, kinds)
+
+
+def scrubber(redactor: Redactor, exchange: Exchange, kinds: list[str]) -> Callable[[str], str]:
+    """``redactor.scrub`` for the text of one exchange's envelope, its kinds added to ``kinds``."""
 
     def scrub(text: str) -> str:
         scrubbed = redactor.scrub(text)
         kinds.extend(scrubbed.kinds)
         return scrubbed.text
 
-    envelope = build(match.rule.envelope, match.rule.id, exchange, match.found, scrub, options)
-    return Evaluation(envelope, match, kinds)
+    return scrub
 
 
 def evaluate(
@@ -108,10 +114,11 @@ def answer(
             if match is None:
                 continue
             evaluation = rewrite(match, unit.exchange, redactor, options)
-            evaluation.envelope = protocol.adjust(unit, evaluation.envelope)
-            outcomes.append((unit, evaluation.envelope))
+            kept = protocol.scrubbed(unit, scrubber(redactor, unit.exchange, evaluation.redactions))
+            evaluation.envelope = protocol.adjust(kept, evaluation.envelope)
+            outcomes.append((kept, evaluation.envelope))
             evaluations.append(evaluation)
-            matched.append(unit)
+            matched.append(kept)
         if evaluations:
             in_place = protocol.render(call, exchange, outcomes)
             return Answer(in_place, evaluations, protocol, matched)

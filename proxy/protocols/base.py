@@ -17,7 +17,7 @@ of a JSON body as it streams upstream, and it is parsed only when a response nee
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum, StrEnum
 from typing import Any, ClassVar
@@ -148,6 +148,11 @@ class Unit:
 
     exchange: Exchange
     slot: int
+    #: what the protocol may keep of the upstream's own unit beside the envelope, as it came:
+    #: never rendered (an MCP tool result's ``structuredContent``)
+    source: Any = None
+    #: ``source`` redacted as the envelope is (``Protocol.scrubbed``): what ``render`` keeps
+    kept: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +209,11 @@ class Protocol(ABC):
         """What an error answering the whole call is about, for the rules: ``rpc_method`` and
         ``tool`` (``Exchange`` fields) when the call makes one JSON-RPC request."""
         return {}
+
+    def scrubbed(self, unit: Unit, scrub: Callable[[str], str]) -> Unit:
+        """The unit with what ``render`` keeps of the upstream's own error passed through
+        ``scrub`` (the envelope's redaction); most protocols keep nothing."""
+        return unit
 
     def adjust(self, unit: Unit, envelope: Envelope) -> Envelope:
         """What the protocol itself knows about a unit's envelope (GraphQL: partial success)."""

@@ -12,6 +12,8 @@ Detected by the ``MCP-Protocol-Version`` or ``Mcp-Session-Id`` request header (e
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from aiohttp import web
@@ -112,7 +114,14 @@ class Mcp(JsonRpc):
         text = tool_text(result)
         narrowed = self._narrowed(exchange, embedded_json(text), text, request)
         narrowed.rpc_method = "tools/call"
-        return Unit(narrowed, slot)
+        return Unit(narrowed, slot, source=result.get("structuredContent"))
+
+    def scrubbed(self, unit: Unit, scrub: Callable[[str], str]) -> Unit:
+        """A tool result's ``structuredContent`` (what programs read of the error) is kept,
+        every string in it redacted as the envelope is."""
+        if unit.source is None:
+            return unit
+        return replace(unit, kept=scrubbed_json(unit.source, scrub))
 
     def _rendered(
         self, unit: Unit, item: dict[str, Any], envelope: Envelope, data: dict[str, Any]
@@ -121,12 +130,38 @@ class Mcp(JsonRpc):
             return super()._rendered(unit, item, envelope, data)
         tool = unit.exchange.tool or ""
         text = render(envelope, Rendering.TEXT, envelope.upstream_status or 200, tool=tool)[0]
-        return {
-            "jsonrpc": "2.0",
-            "id": item.get("id"),
-            "result": {
-                "content": [{"type": "text", "text": text.decode("utf-8")}],
-                "isError": True,
-                "_meta": {META_KEY: data},
-            },
-        }
+        return {**item, "result": rewritten_result(item["result"], text, data, unit.kept)}
+
+
+def scrubbed_json(value: Any, scrub: Callable[[str], str]) -> Any:
+    """``value`` (parsed JSON, depth-capped by ``nesting``) with every string through ``scrub``;
+    keys are kept (names a program reads), values that were only internals become empty."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {key: scrubbed_json(item, scrub) for key, item in value.items()}
+    if isinstance(value, list):
+        return [scrubbed_json(item, scrub) for item in value]
+    return value
+
+
+def rewritten_result(
+    result: dict[str, Any], text: str | bytes, envelope: dict[str, Any], structured: Any
+) -> dict[str, Any]:
+    """A tool result that is an error, as the model gets it (CONTRACT §6): every member the
+    upstream sent kept in its place (``resultType``, ``_meta`` and its keys, extensions'), only
+    ``content`` replaced by ``text`` (the recovery plan), ``structuredContent`` by its redacted
+    copy (dropped when there is none), and the envelope added to ``_meta`` as ``mend/error``."""
+    out: dict[str, Any] = {}
+    for key, value in result.items():
+        if key == "structuredContent":
+            if structured is not None:
+                out[key] = structured
+        elif key != "_meta":
+            out[key] = value
+    body = text.decode("utf-8") if isinstance(text, bytes) else text
+    out["content"] = [{"type": "text", "text": body}]
+    out["isError"] = True
+    meta = result.get("_meta")
+    out["_meta"] = {**(meta if isinstance(meta, dict) else {}), META_KEY: envelope}
+    return out

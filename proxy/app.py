@@ -73,6 +73,8 @@ KEPT_ON_ENVELOPES = re.compile(
     r"(x-)?ratelimit(-.*)?|x-rate-limit-.*|mcp-session-id|mcp-protocol-version)$",
     re.I,
 )
+#: kept upstream headers the client sends back as they came (never redacted)
+_TRANSPORT_ECHOES = frozenset({"mcp-session-id", "mcp-protocol-version"})
 _HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
 _RID: web.RequestKey[str] = web.RequestKey("mend.request_id", str)
 #: the configuration a request runs on, from its first byte to its last (``proxy/generation.py``)
@@ -846,7 +848,11 @@ _CHALLENGE_ECHOES = re.compile(r'(\b(?:nonce|opaque)=(?:"[^"]{0,512}"|[^\s,]{0,5
 
 def _scrub_header(name: str, value: str, redactor: Redactor, kinds: list[str]) -> str:
     """A kept upstream header for an envelope, redacted; a challenge's nonce and opaque are
-    kept as sent, the rest of it (realm, error_description) is redacted like any text."""
+    kept as sent, the rest of it (realm, error_description) is redacted like any text. MCP's
+    session id and revision are the transport's, echoed by the client: kept as sent (a session
+    id looks like a key, and a masked one ends the session)."""
+    if name.lower() in _TRANSPORT_ECHOES:
+        return value
     pieces = _CHALLENGE_ECHOES.split(value) if name.lower() == "www-authenticate" else [value]
     out = []
     for index, piece in enumerate(pieces):

@@ -63,3 +63,83 @@ async def test_structured_content_of_a_tool_error_is_kept_redacted(
     assert "failed on" in answer["structuredContent"]["error"]
     assert b"Pl4ntedSecret" not in raw
     assert answer["resultType"] == "complete"
+
+
+DISCOVER = {"jsonrpc": "2.0", "id": 7, "method": "server/discover", "params": {}}
+#: what a 1.x SDK server answers a request it has no session for (server/discover, 2026-07-28)
+NO_SESSION = {
+    "jsonrpc": "2.0",
+    "id": "server-error",
+    "error": {"code": -32600, "message": "Bad Request: Missing session ID"},
+}
+
+
+async def test_a_transport_4xx_keeps_its_status_and_answers_the_request_id(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """A 1.x server's 400 to server/discover stays a 400, its JSON-RPC error carrying the id of
+    the request (7), not the server's stand-in "server-error"."""
+    mend = await answering(start_upstream, start_mend, 400, NO_SESSION)
+    headers = {**HEADERS, "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "server/discover"}
+    resp = await mend.client.post("/mcp", json=DISCOVER, headers=headers)
+    answer = await resp.json()
+    assert resp.status == 400
+    assert answer["id"] == 7
+    assert answer["error"]["code"] == -32600
+    assert answer["error"]["data"]["upstream_status"] == 400
+
+
+async def test_a_5xx_jsonrpc_error_is_answered_200(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """An upstream 500 carrying a JSON-RPC error is answered 200 (1.x clients read no 5xx
+    body), with X-Upstream-Status 500."""
+    error = {"jsonrpc": "2.0", "id": 3, "error": {"code": -32603, "message": "boom"}}
+    mend = await answering(start_upstream, start_mend, 500, error)
+    resp = await mend.client.post("/mcp", json=tool_call(3), headers=HEADERS)
+    assert (resp.status, resp.headers["X-Upstream-Status"]) == (200, "500")
+    assert (await resp.json())["id"] == 3
+
+
+async def test_a_failing_notification_gets_its_status_and_no_body(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """A notification the server refuses with a 400 and a JSON-RPC error body is answered 400
+    with an empty body: there is no request to answer."""
+    mend = await answering(start_upstream, start_mend, 400, NO_SESSION)
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    resp = await mend.client.post("/mcp", json=note, headers=HEADERS)
+    assert (resp.status, await resp.read()) == (400, b"")
+    assert resp.headers["X-Error-Code"]
+
+
+async def test_a_rest_request_with_an_mcp_session_header_stays_rest(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """A REST POST that carries Mcp-Session-Id but no JSON-RPC body gets the REST envelope with
+    the upstream's 404, not a JSON-RPC answer a REST client would read as success."""
+    mend = await answering(start_upstream, start_mend, 404, {"detail": "item not found"})
+    headers = {"Mcp-Session-Id": "abc123"}
+    resp = await mend.client.post("/api/items", json={"name": "x"}, headers=headers)
+    body = await resp.json()
+    assert resp.status == 404
+    assert "jsonrpc" not in body
+    assert body["error"]["code"] == "RESOURCE_NOT_FOUND"
+
+
+async def test_the_session_id_on_an_error_answer_is_kept_as_sent(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """The Mcp-Session-Id an upstream sets on an error answer reaches the client unmasked: it is
+    the token the client sends back, not a leaked secret."""
+    session_id = "28ff688400f24848a46d1cf12a294e3d"
+
+    async def handler(request: web.Request) -> web.Response:
+        await request.read()
+        headers = {"Mcp-Session-Id": session_id}
+        return web.json_response(NO_SESSION, status=400, headers=headers)
+
+    mend = await start_mend(await start_upstream({"/mcp": handler}))
+    resp = await mend.client.post("/mcp", json=DISCOVER, headers=HEADERS)
+    assert resp.status == 400
+    assert resp.headers["Mcp-Session-Id"] == session_id

@@ -77,6 +77,7 @@ class Call:
         "cap",
         "decided",
         "ended",
+        "hint",
         "method",
         "protocol",
         "query_string",
@@ -94,8 +95,12 @@ class Call:
         protocol: Protocol | None = None,
         tee: bytearray | None = None,
         cap: int = TEE_BYTES,
+        hint: Protocol | None = None,
     ) -> None:
         self.method = method
+        #: the protocol the request's headers name: it claims a body of its family (any
+        #: JSON-RPC body for MCP), but a header alone decides nothing (CONTRACT §6)
+        self.hint = hint
         self.query_string = query_string
         self.accept = accept
         self.protocol = protocol
@@ -180,7 +185,9 @@ class Protocol(ABC):
     signals: ClassVar[bool] = False
 
     def signalled(self, request: web.BaseRequest) -> bool:
-        """Whether the request's headers or query say it is this protocol (no body needed).
+        """Whether the request's headers or query say it is this protocol: enough for a request
+        without a body; one with a body is this protocol only if its body is (``claims``, with
+        the signal in ``Call.hint``).
 
         Runs on every request of an ``auto`` route: header look-ups only, nothing parsed."""
         return False

@@ -8,9 +8,12 @@ message; the envelope as ``data``. An error that is not a JSON-RPC response (an 
 own ``UPSTREAM_UNREACHABLE``) is answered for every request of the call that has an id; a call
 made only of notifications gets an empty answer, which no client parses.
 
-JSON-RPC answers are HTTP 200: the error is in the body, the upstream's status in
-``X-Upstream-Status``. That is how JSON-RPC servers answer over HTTP, and MCP's clients (the
-official SDKs) refuse to read the body of any other status.
+Every answer carries the id of the request it answers (a transport error's stand-in id, ``null``
+or the SDK's ``"server-error"``, is replaced by the call's own when it made one request). An
+answer keeps an upstream 4xx (the transport's own: version negotiation, discovery, session
+errors), which clients read; anything else is HTTP 200 with the error in the body and the
+upstream's status in ``X-Upstream-Status``, since MCP's 1.x clients read no 5xx body. A call made
+only of notifications gets no body.
 """
 
 from __future__ import annotations
@@ -247,11 +250,25 @@ class JsonRpc(Protocol):
             tool=request.tool if request is not None else None,
         )
 
+    def answer_status(self, status: int | None) -> int:
+        """The HTTP status of an answer carrying JSON-RPC errors: a 4xx is the transport's own
+        (version negotiation, discovery, a session it does not know) and stays; anything else
+        is 200, the error in the body, since MCP's 1.x clients read no 5xx body."""
+        return status if status is not None and 400 <= status < 500 else 200
+
+    def notification_answer(self, status: int) -> int:
+        """The status of the empty answer to a call of notifications only that failed: JSON-RPC
+        over HTTP says 204, whatever happened (there is nothing to parse)."""
+        return self.notification_status
+
     def render(
         self, call: Call, exchange: Exchange, outcomes: Sequence[tuple[Unit, Envelope]]
     ) -> Rendered:
         found = response_elements(exchange.json)
         assert found is not None  # units came from this document
+        rpc = self.request(call)
+        if rpc is not None and not any(not r.notification for r in rpc.requests):
+            return Rendered(b"", None, self.notification_answer(exchange.status or 200))
         items, batch = found
         out = list(items)
         dumped: dict[int, dict[str, Any]] = {}  # envelopes shared past MAX_UNITS: dumped once
@@ -259,23 +276,38 @@ class JsonRpc(Protocol):
             data = dumped.get(id(envelope))
             if data is None:
                 data = dumped[id(envelope)] = envelope.as_dict()
-            out[unit.slot] = self._rendered(unit, items[unit.slot], envelope, data)
-        return Rendered(dumps(out if batch else out[0]), JSON, 200)
+            item = items[unit.slot]
+            id_ = answered_id(rpc, item.get("id"))
+            out[unit.slot] = self._rendered(unit, item, envelope, data, id_)
+        return Rendered(dumps(out if batch else out[0]), JSON, self.answer_status(exchange.status))
 
     def _rendered(
-        self, unit: Unit, item: dict[str, Any], envelope: Envelope, data: dict[str, Any]
+        self, unit: Unit, item: dict[str, Any], envelope: Envelope, data: dict[str, Any], id_: Any
     ) -> dict[str, Any]:
-        return error_object(item.get("id"), envelope, item.get("error"), data)
+        return error_object(id_, envelope, item.get("error"), data)
 
     def render_whole(self, call: Call, envelope: Envelope, status: int) -> Rendered | None:
         rpc = self.request(call)
         if rpc is None and call.tee is None:
             return None  # no body, no JSON-RPC request (MCP's GET stream, DELETE): plain HTTP
         if rpc is None:  # the id is unknown (the body was cut or is not JSON-RPC): null
-            return Rendered(dumps(error_object(None, envelope)), JSON, 200)
+            return Rendered(dumps(error_object(None, envelope)), JSON, self.answer_status(status))
         answered = [r for r in rpc.requests if not r.notification]
         if not answered:
-            return Rendered(b"", None, self.notification_status)
+            return Rendered(b"", None, self.notification_answer(status))
         data = envelope.as_dict()  # one dump for a batch of any size
         items = [error_object(r.id, envelope, data=data) for r in answered]
-        return Rendered(dumps(items if rpc.batch else items[0]), JSON, 200)
+        body = dumps(items if rpc.batch else items[0])
+        return Rendered(body, JSON, self.answer_status(status))
+
+
+def answered_id(rpc: RpcCall | None, id_: Any) -> Any:
+    """The id an answer carries: the upstream's when it is one the call sent; else, when the
+    call holds one request with an id, that one (a transport error's stand-in, ``null`` or
+    ``"server-error"``, answers it); else ``null`` (JSON-RPC: the id could not be told)."""
+    if rpc is None:
+        return id_
+    if rpc.find(id_) is not None:
+        return id_
+    sent = [r for r in rpc.requests if not r.notification]
+    return sent[0].id if len(sent) == 1 else None

@@ -20,7 +20,6 @@ from proxy.protocols.graphql import GraphQL
 from proxy.protocols.jsonrpc import JsonRpc
 from proxy.protocols.mcp import Mcp
 
-
 #: the request headers that name MCP (lowercase), for a request described by hand
 _MCP_HEADERS = frozenset({"mcp-protocol-version", "mcp-session-id", "mcp-method"})
 

@@ -15,6 +15,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,6 +26,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import Mend, StartMend
+from tests.mcp_servers import sdk1_server, sdk1_site
 from tests.test_app import free_port
 
 SECRET = "postgres://admin:Pl4ntedSecret@db.internal:5432/issues"
@@ -326,3 +328,36 @@ async def test_a_successful_call_is_byte_for_byte_what_the_server_sent(
     assert proxied.content == direct.content
     assert b"created t with priority 3" in proxied.content
     assert "X-Error-Code" not in proxied.headers
+
+
+@pytest.fixture(scope="session")
+def sdk1() -> Path:
+    """The MCP SDK 1.x, installed once beside the virtualenv (tests/mcp_servers.py)."""
+    return sdk1_site()
+
+
+async def _connect_and_fail(url: str, mode: str) -> tuple[float, str, dict[str, Any]]:
+    """Seconds to connect, the revision agreed, and a failing tool call's result."""
+    started = time.monotonic()
+    async with session(url, mode) as client:
+        connected = time.monotonic() - started
+        result = await client.call_tool("create_issue", {"title": "explode", "priority": 1})
+        return connected, client.protocol_version, result.model_dump(by_alias=True)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("json_response", ANSWERS, ids=ANSWER_IDS)
+async def test_an_sdk1_server_connects_through_mend_as_fast_as_direct(
+    start_mend: StartMend, sdk1: Path, json_response: bool, mode: str
+) -> None:
+    """An SDK 2.x client on an SDK 1.x server (which answers server/discover with a 400):
+    connecting through mend agrees the same revision about as fast as direct, and a tool's
+    failure arrives as an isError result carrying the plan."""
+    async with sdk1_server(sdk1, json_response=json_response) as upstream:
+        mend = await start_mend(upstream)
+        direct_s, version, direct = await _connect_and_fail(f"{upstream}/mcp", mode)
+        proxied_s, proxied_version, proxied = await _connect_and_fail(through(mend), mode)
+    assert proxied_version == version == "2025-11-25"
+    assert proxied_s < max(2 * direct_s, direct_s + 0.5), (proxied_s, direct_s)
+    assert direct["isError"] is proxied["isError"] is True
+    assert proxied["_meta"]["mend/error"]["code"] == "TOOL_FAILED"

@@ -16,9 +16,11 @@ from proxy import body as bodies
 from proxy.build import BuildOptions, build
 from proxy.envelope import Envelope
 from proxy.exchange import Exchange
+from proxy.protocols import arguments
 from proxy.protocols.base import Call, Protocol, Rendered, Unit
 from proxy.protocols.detect import Detector
-from proxy.redact import Redactor
+from proxy.redact import Redactor, Scrubbed
+from proxy.redaction import echo
 from proxy.ruleset import Match, RuleSet
 
 
@@ -49,10 +51,14 @@ def rewrite(
 
 
 def scrubber(redactor: Redactor, exchange: Exchange, kinds: list[str]) -> Callable[[str], str]:
-    """``redactor.scrub`` for the text of one exchange's envelope, its kinds added to ``kinds``."""
+    """``redactor.scrub`` for the text of one exchange's envelope, its kinds added to ``kinds``;
+    the values the model sent in a tool call's arguments stay readable (``redaction/echo.py``)."""
+    run: Callable[[str], Scrubbed] = redactor.scrub
+    if exchange.arguments:
+        run = echo.keeping(run, echo.kept_values(redactor, arguments.echoed(exchange.arguments)))
 
     def scrub(text: str) -> str:
-        scrubbed = redactor.scrub(text)
+        scrubbed = run(text)
         kinds.extend(scrubbed.kinds)
         return scrubbed.text
 

@@ -38,6 +38,8 @@ class Exchange:
     #: the JSON-RPC method of the request this error answers, and the MCP tool it called
     rpc_method: str | None = None
     tool: str | None = None
+    #: the arguments of the MCP ``tools/call`` this error answers, as the model sent them
+    arguments: Any = None
     #: JMESPath results by expression: many rules ask the same questions of one body.
     queried: dict[str, Any] = field(default_factory=dict)
 

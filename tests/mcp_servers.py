@@ -1,6 +1,7 @@
-"""MCP servers that are not this process's SDK: the 1.x SDK in a process of its own.
+"""MCP servers for the tests: any ASGI app under uvicorn, and the 1.x SDK in a process of its own.
 
-``sdk1_site`` installs the 1.x SDK once, with ``pip --target``, beside the virtualenv (the
+``asgi_server`` serves an app (a 2.x ``MCPServer``'s, a reference server's) on a free loopback
+port. ``sdk1_site`` installs the 1.x SDK once, with ``pip --target``, beside the virtualenv (the
 virtualenv's own ``mcp`` is 2.x and cannot be both); ``sdk1_server`` runs
 ``tests/mcp_sdk1_server.py`` from it on a free loopback port and stops it by its PID.
 """
@@ -14,12 +15,32 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
+
+import uvicorn
 
 from tests.test_app import free_port
 
 #: the 1.x release the tests run (the last of the line)
 SDK1 = "mcp==1.30.0"
 SERVER = Path(__file__).with_name("mcp_sdk1_server.py")
+
+
+@asynccontextmanager
+async def asgi_server(app: Any) -> AsyncIterator[str]:
+    """``app`` under uvicorn on a free loopback port; its base URL; stopped after."""
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    runner = uvicorn.Server(config)
+    task = asyncio.create_task(runner.serve())
+    async with asyncio.timeout(10):
+        while not runner.started:  # noqa: ASYNC110 (uvicorn offers a flag, not an event)
+            await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        runner.should_exit = True
+        await asyncio.wait_for(task, 10)
 
 
 def sdk1_site() -> Path:

@@ -88,6 +88,14 @@ class RpcRequest:
         name = self.params.get("name")
         return name if isinstance(name, str) else None
 
+    @property
+    def arguments(self) -> dict[str, Any] | None:
+        """The arguments of an MCP ``tools/call``, as the model wrote them."""
+        if self.tool is None:
+            return None
+        arguments = self.params.get("arguments")
+        return arguments if isinstance(arguments, dict) else None
+
 
 @dataclass(frozen=True, slots=True)
 class RpcCall:
@@ -248,6 +256,7 @@ class JsonRpc(Protocol):
             protocol=self.name.value,
             rpc_method=request.method if request is not None else None,
             tool=request.tool if request is not None else None,
+            arguments=request.arguments if request is not None else None,
         )
 
     def answer_status(self, status: int | None) -> int:

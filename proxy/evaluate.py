@@ -88,6 +88,8 @@ class Answer:
     protocol: Protocol | None = None
     #: the error unit each evaluation is for (empty: the response was matched whole)
     units: list[Unit] = field(default_factory=list)
+    #: every error unit with its envelope, as rendered (past ``MAX_UNITS`` units share one)
+    outcomes: list[tuple[Unit, Envelope]] = field(default_factory=list)
 
 
 def answer(
@@ -127,7 +129,7 @@ def answer(
             matched.append(kept)
         if evaluations:
             in_place = protocol.render(call, exchange, outcomes)
-            return Answer(in_place, evaluations, protocol, matched)
+            return Answer(in_place, evaluations, protocol, matched, outcomes)
     if (exchange.status or 0) < 400:
         return None  # a success, or a protocol answer with no error in it
     described(protocol, call, exchange)

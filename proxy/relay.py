@@ -77,7 +77,7 @@ async def stream(
         with upstream_errors():
             body = await upstream.read()
         if events is not None:
-            body = events.feed(body) + events.close()
+            body = await events.feed(body) + events.close()
         return buffered(upstream, body, rid)
     response = PassedStream(
         status=upstream.status,
@@ -91,7 +91,7 @@ async def stream(
     try:
         async for chunk in upstream.content.iter_any():
             if events is not None:
-                chunk = events.feed(chunk)  # noqa: PLW2901 (what goes out)
+                chunk = await events.feed(chunk)  # noqa: PLW2901 (what goes out)
                 if not chunk:
                     continue
             await response.write(chunk)

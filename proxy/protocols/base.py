@@ -153,6 +153,9 @@ class Unit:
 
     exchange: Exchange
     slot: int
+    #: what the error answers within the call, for the cross-call view when one response holds
+    #: several errors: the batch element's method and params, a GraphQL error's path
+    key: str = ""
     #: what the protocol may keep of the upstream's own unit beside the envelope, as it came:
     #: never rendered (an MCP tool result's ``structuredContent``)
     source: Any = None

@@ -244,7 +244,7 @@ class JsonRpc(Protocol):
         if not isinstance(item.get("error"), dict):
             return None
         text = dumps(item).decode("utf-8", "replace")
-        return Unit(self._narrowed(exchange, item, text, request), slot)
+        return Unit(self._narrowed(exchange, item, text, request), slot, request_key(request))
 
     def _narrowed(
         self, exchange: Exchange, document: Any, text: str, request: RpcRequest | None
@@ -308,6 +308,14 @@ class JsonRpc(Protocol):
         items = [error_object(r.id, envelope, data=data) for r in answered]
         body = dumps(items if rpc.batch else items[0])
         return Rendered(body, JSON, self.answer_status(status))
+
+
+def request_key(request: RpcRequest | None) -> str:
+    """A batch element's identity for the cross-call view: its method and params (its id is
+    numbered anew when the call is resent)."""
+    if request is None:
+        return ""
+    return request.method + "\x00" + dumps([request.params]).decode("utf-8", "replace")
 
 
 def answered_id(rpc: RpcCall | None, id_: Any) -> Any:

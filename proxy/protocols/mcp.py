@@ -25,7 +25,7 @@ from proxy import nesting
 from proxy.envelope import Envelope
 from proxy.exchange import NOT_JSON, Exchange
 from proxy.protocols.base import Call, Protocol, ProtocolName, Unit
-from proxy.protocols.jsonrpc import JsonRpc, RpcRequest
+from proxy.protocols.jsonrpc import JsonRpc, RpcRequest, request_key
 from proxy.render import Rendering, render
 
 #: Methods of the MCP specification (2025-03-26 to 2026-07-28) by name or prefix.
@@ -123,7 +123,8 @@ class Mcp(JsonRpc):
         text = tool_text(result)
         narrowed = self._narrowed(exchange, embedded_json(text), text, request)
         narrowed.rpc_method = "tools/call"
-        return Unit(narrowed, slot, source=result.get("structuredContent"))
+        key = request_key(request)
+        return Unit(narrowed, slot, key, source=result.get("structuredContent"))
 
     def scrubbed(self, unit: Unit, scrub: Callable[[str], str]) -> Unit:
         """A tool result's ``structuredContent`` (what programs read of the error) is kept,

@@ -143,3 +143,38 @@ async def test_the_session_id_on_an_error_answer_is_kept_as_sent(
     resp = await mend.client.post("/mcp", json=DISCOVER, headers=HEADERS)
     assert resp.status == 400
     assert resp.headers["Mcp-Session-Id"] == session_id
+
+
+async def _tool_text(mend: Mend, arguments: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
+    resp = await mend.client.post("/mcp", json=tool_call(5, "fetch", **arguments), headers=HEADERS)
+    raw = await resp.read()
+    return raw, json.loads(raw)["result"]["_meta"]["mend/error"]
+
+
+def _failed_fetch(url: str) -> dict[str, Any]:
+    text = f"Error executing tool fetch: Failed to fetch {url}: connection refused by 10.2.3.4"
+    result = {"content": [{"type": "text", "text": text}], "isError": True}
+    return {"jsonrpc": "2.0", "id": 5, "result": result}
+
+
+async def test_a_url_the_model_sent_stays_readable(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """The internal URL the model asked fetch to read is quoted back as it sent it; the
+    address the tool's text adds on its own is still redacted."""
+    url = "http://127.0.0.1:8931/report"
+    mend = await answering(start_upstream, start_mend, 200, _failed_fetch(url))
+    raw, envelope = await _tool_text(mend, {"url": url})
+    assert url in envelope["message"]
+    assert b"10.2.3.4" not in raw
+
+
+async def test_a_secret_the_model_sent_is_still_masked(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """A URL carrying a password, sent by the model and quoted by the tool, is not kept: the
+    secret never comes back."""
+    url = "postgres://admin:Pl4ntedSecret@db.internal:5432/issues"
+    mend = await answering(start_upstream, start_mend, 200, _failed_fetch(url))
+    raw, _ = await _tool_text(mend, {"url": url})
+    assert b"Pl4ntedSecret" not in raw

@@ -361,3 +361,20 @@ async def test_an_sdk1_server_connects_through_mend_as_fast_as_direct(
     assert proxied_s < max(2 * direct_s, direct_s + 0.5), (proxied_s, direct_s)
     assert direct["isError"] is proxied["isError"] is True
     assert proxied["_meta"]["mend/error"]["code"] == "TOOL_FAILED"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_demo_mcp_tool_works_with_the_sdk_client(
+    aiohttp_server: Any, start_mend: StartMend, mode: str
+) -> None:
+    """The demo's hand-written MCP tool (demo/legacy_api.py) behind mend: the SDK 2.x client
+    connects in either mode (auto falls back from server/discover's -32601), and a priority
+    out of range comes back as an isError result pointing at /priority."""
+    from demo.legacy_api import create_legacy_app  # noqa: PLC0415
+
+    mend = await start_mend(await aiohttp_server(create_legacy_app()))
+    async with session(through(mend), mode) as client:
+        result = await client.call_tool("create_ticket", {"title": "t", "priority": 9})
+    assert result.is_error is True
+    envelope = result.meta["mend/error"]  # type: ignore[index]
+    assert (envelope["code"], envelope["field"]) == ("VALIDATION_FAILED", "/priority")

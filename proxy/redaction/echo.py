@@ -5,8 +5,8 @@ A tool's error often quotes what the model asked for: the URL ``fetch`` could no
 ``git_status`` could not open. Redaction would call them an internal service or path, which the
 model cannot act on, and which hides nothing from it. ``keeping`` wraps a scrub so that each such
 value is set aside before the detectors run (replaced by a plain placeholder word no detector
-reads) and put back after; a value the detectors call a secret (``Redactor.mask`` masks it) is
-not set aside, so it is masked as ever. Text the model did not send is redacted as before.
+reads) and put back after; a value in which the detectors find a secret (a kind of theirs that
+masks) is not set aside, so it is masked as ever. Text the model did not send is redacted as before.
 """
 
 from __future__ import annotations
@@ -26,9 +26,12 @@ def _placeholder(index: int) -> str:
 
 
 def kept_values(redactor: Redactor, values: Sequence[str]) -> tuple[str, ...]:
-    """The values to keep readable: those in which the redactor finds no secret."""
-    kept = [v for v in values if not redactor.mask(v).kinds]
-    return tuple(kept[:MAX_VALUES])
+    """The values to keep readable: those in which the redactor finds no secret (no kind a
+    ``mask`` detector reports; ``scrub`` remembers short texts, so a value costs one look-up
+    after its first time)."""
+    secret = redactor.secret_kinds
+    kept = [v for v in values[:MAX_VALUES] if secret.isdisjoint(redactor.scrub(v).kinds)]
+    return tuple(kept)
 
 
 def keeping(scrub: Callable[[str], Scrubbed], values: Sequence[str]) -> Callable[[str], Scrubbed]:

@@ -345,6 +345,12 @@ async def _connect_and_fail(url: str, mode: str) -> tuple[float, str, dict[str, 
         return connected, client.protocol_version, result.model_dump(by_alias=True)
 
 
+async def _succeed(url: str, mode: str) -> dict[str, Any]:
+    async with session(url, mode) as client:
+        result = await client.call_tool("create_issue", {"title": "t", "priority": 2})
+        return result.model_dump(by_alias=True)
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("json_response", ANSWERS, ids=ANSWER_IDS)
 async def test_an_sdk1_server_connects_through_mend_as_fast_as_direct(
@@ -364,6 +370,20 @@ async def test_an_sdk1_server_connects_through_mend_as_fast_as_direct(
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("json_response", ANSWERS, ids=ANSWER_IDS)
+async def test_an_sdk1_server_success_is_what_it_answers_direct(
+    start_mend: StartMend, sdk1: Path, json_response: bool, mode: str
+) -> None:
+    """A successful tool call on an SDK 1.x server is the same result through mend as direct."""
+    async with sdk1_server(sdk1, json_response=json_response) as upstream:
+        mend = await start_mend(upstream)
+        direct = await _succeed(f"{upstream}/mcp", mode)
+        proxied = await _succeed(through(mend), mode)
+    assert proxied == direct
+    assert direct["isError"] is False
+
+
+@pytest.mark.parametrize("mode", MODES)
 async def test_the_demo_mcp_tool_works_with_the_sdk_client(
     aiohttp_server: Any, start_mend: StartMend, mode: str
 ) -> None:
@@ -378,3 +398,18 @@ async def test_the_demo_mcp_tool_works_with_the_sdk_client(
     assert result.is_error is True
     envelope = result.meta["mend/error"]  # type: ignore[index]
     assert (envelope["code"], envelope["field"]) == ("VALIDATION_FAILED", "/priority")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("json_response", ANSWERS, ids=ANSWER_IDS)
+async def test_an_sdk2_server_success_is_what_it_answers_direct(
+    start_mend: StartMend, json_response: bool, mode: str
+) -> None:
+    """A successful tool call on an SDK 2.x server (2026-07-28 in auto mode) is the same
+    result through mend as direct, every member included."""
+    async with serving(mcp_server(), json_response=json_response) as upstream:
+        mend = await start_mend(upstream)
+        direct = await _succeed(f"{upstream}/mcp", mode)
+        proxied = await _succeed(through(mend), mode)
+    assert proxied == direct
+    assert direct["isError"] is False

@@ -178,3 +178,24 @@ async def test_a_secret_the_model_sent_is_still_masked(
     mend = await answering(start_upstream, start_mend, 200, _failed_fetch(url))
     raw, _ = await _tool_text(mend, {"url": url})
     assert b"Pl4ntedSecret" not in raw
+
+
+async def test_a_huge_structured_content_of_a_tool_error_is_dropped(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """An isError result whose structuredContent holds thousands of strings loses it (each
+    would be redacted); the result still carries the plan and its other members."""
+    result = {
+        "content": [{"type": "text", "text": "Error executing tool sync: rate limit hit"}],
+        "structuredContent": {"rows": [f"row {n}" for n in range(5000)]},
+        "isError": True,
+        "resultType": "complete",
+    }
+    mend = await answering(
+        start_upstream, start_mend, 200, {"jsonrpc": "2.0", "id": 4, "result": result}
+    )
+    resp = await mend.client.post("/mcp", json=tool_call(4, "sync"), headers=HEADERS)
+    answer = (await resp.json())["result"]
+    assert "structuredContent" not in answer
+    assert answer["resultType"] == "complete"
+    assert answer["_meta"]["mend/error"]["code"] == "RATE_LIMITED"

@@ -48,6 +48,8 @@ _PREFIXES = (
 _VERSION = istr("MCP-Protocol-Version")
 _SESSION = istr("Mcp-Session-Id")
 _METHOD = istr("Mcp-Method")  # 2026-07-28: the method, beside the body (no session id)
+#: Strings of an error's ``structuredContent`` redacted at most; a larger one is dropped.
+MAX_STRUCTURED_STRINGS = 256
 #: The ``_meta`` key the envelope travels under in a rewritten tool result.
 META_KEY = "mend/error"
 
@@ -128,10 +130,18 @@ class Mcp(JsonRpc):
 
     def scrubbed(self, unit: Unit, scrub: Callable[[str], str]) -> Unit:
         """A tool result's ``structuredContent`` (what programs read of the error) is kept,
-        every string in it redacted as the envelope is."""
+        every string in it redacted as the envelope is; one holding more than
+        ``MAX_STRUCTURED_STRINGS`` strings is dropped (the envelope still says what failed)."""
         if unit.source is None:
             return unit
-        return replace(unit, kept=scrubbed_json(unit.source, scrub))
+        budget = [MAX_STRUCTURED_STRINGS]
+
+        def counted(text: str) -> str:
+            budget[0] -= 1
+            return scrub(text) if budget[0] >= 0 else ""
+
+        kept = scrubbed_json(unit.source, counted)
+        return replace(unit, kept=kept if budget[0] >= 0 else None)
 
     def notification_answer(self, status: int) -> int:
         """Streamable HTTP: a notification the server could not accept gets an HTTP error

@@ -199,3 +199,22 @@ async def test_a_huge_structured_content_of_a_tool_error_is_dropped(
     assert "structuredContent" not in answer
     assert answer["resultType"] == "complete"
     assert answer["_meta"]["mend/error"]["code"] == "RATE_LIMITED"
+
+
+async def test_version_negotiation_keeps_the_versions_the_server_supports(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """A 2026-07-28 server's -32022 (unsupported version, HTTP 400) keeps its status, its code
+    and the data members the client reads to pick a version, beside the envelope."""
+    data = {"supported": ["2026-07-28"], "requested": "2099-01-01"}
+    error = {"code": -32022, "message": "Unsupported protocol version", "data": data}
+    mend = await answering(
+        start_upstream, start_mend, 400, {"jsonrpc": "2.0", "id": 7, "error": error}
+    )
+    headers = {**HEADERS, "MCP-Protocol-Version": "2099-01-01", "Mcp-Method": "server/discover"}
+    resp = await mend.client.post("/mcp", json=DISCOVER, headers=headers)
+    answer = await resp.json()
+    assert resp.status == 400
+    assert (answer["id"], answer["error"]["code"]) == (7, -32022)
+    assert answer["error"]["data"]["supported"] == ["2026-07-28"]
+    assert answer["error"]["data"]["request_id"]

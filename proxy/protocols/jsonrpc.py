@@ -4,9 +4,11 @@ Units are the response objects that carry an ``error`` member, each matched on i
 element by element, in the upstream's order); the rules see the one response object. Each comes
 back as ``{"jsonrpc": "2.0", "id": <its id>, "error": {"code", "message", "data"}}``: the upstream's
 numeric code when it sent one, else one chosen by category; the envelope's message and hint as the
-message; the envelope as ``data``. An error that is not a JSON-RPC response (an HTML 502, mend's
-own ``UPSTREAM_UNREACHABLE``) is answered for every request of the call that has an id; a call
-made only of notifications gets an empty answer, which no client parses.
+message; the envelope as ``data`` (beside the upstream's own ``data`` members when its code is
+one the MCP specification defines, such as -32022's ``supported`` versions). An error that is
+not a JSON-RPC response (an HTML 502, mend's own ``UPSTREAM_UNREACHABLE``) is answered for every
+request of the call that has an id; a call made only of notifications gets an empty answer,
+which no client parses.
 
 Every answer carries the id of the request it answers (a transport error's stand-in id, ``null``
 or the SDK's ``"server-error"``, is replaced by the call's own when it made one request). An
@@ -18,8 +20,8 @@ only of notifications gets no body.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Final
 
 from proxy.envelope import Category, Envelope
@@ -244,7 +246,25 @@ class JsonRpc(Protocol):
         if not isinstance(item.get("error"), dict):
             return None
         text = dumps(item).decode("utf-8", "replace")
-        return Unit(self._narrowed(exchange, item, text, request), slot, request_key(request))
+        narrowed = self._narrowed(exchange, item, text, request)
+        return Unit(narrowed, slot, request_key(request), source=protocol_data(item["error"]))
+
+    def scrubbed(self, unit: Unit, scrub: Callable[[str], str]) -> Unit:
+        """What programs read of the upstream's own error is kept, every string redacted as
+        the envelope is: the ``data`` of a code the MCP specification defines (the versions a
+        server supports, with -32022), an MCP tool result's ``structuredContent``. One holding
+        more than ``MAX_KEPT_STRINGS`` strings is dropped (the envelope still says what
+        failed)."""
+        if unit.source is None:
+            return unit
+        budget = [MAX_KEPT_STRINGS]
+
+        def counted(text: str) -> str:
+            budget[0] -= 1
+            return scrub(text) if budget[0] >= 0 else ""
+
+        kept = scrubbed_json(unit.source, counted)
+        return replace(unit, kept=kept if budget[0] >= 0 else None)
 
     def _narrowed(
         self, exchange: Exchange, document: Any, text: str, request: RpcRequest | None
@@ -293,6 +313,8 @@ class JsonRpc(Protocol):
     def _rendered(
         self, unit: Unit, item: dict[str, Any], envelope: Envelope, data: dict[str, Any], id_: Any
     ) -> dict[str, Any]:
+        if isinstance(unit.kept, dict):  # the protocol's own data members, beside the envelope
+            data = {**unit.kept, **data}
         return error_object(id_, envelope, item.get("error"), data)
 
     def render_whole(self, call: Call, envelope: Envelope, status: int) -> Rendered | None:
@@ -308,6 +330,33 @@ class JsonRpc(Protocol):
         items = [error_object(r.id, envelope, data=data) for r in answered]
         body = dumps(items if rpc.batch else items[0])
         return Rendered(body, JSON, self.answer_status(status))
+
+
+#: Codes the MCP specification defines (2026-07-28: -32020 to -32099, allocated from -32020),
+#: whose ``data`` clients read (``supported`` versions with -32022): kept beside the envelope.
+SPEC_CODES = range(-32099, -32019)
+#: Strings of an upstream's kept member redacted at most; a larger member is dropped.
+MAX_KEPT_STRINGS = 256
+
+
+def protocol_data(error: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``data`` of an error whose code the MCP specification defines, when an object."""
+    code, data = error.get("code"), error.get("data")
+    if isinstance(code, int) and code in SPEC_CODES and isinstance(data, dict):
+        return data
+    return None
+
+
+def scrubbed_json(value: Any, scrub: Callable[[str], str]) -> Any:
+    """``value`` (parsed JSON, depth-capped by ``nesting``) with every string through ``scrub``;
+    keys are kept (names a program reads), values that were only internals become empty."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {key: scrubbed_json(item, scrub) for key, item in value.items()}
+    if isinstance(value, list):
+        return [scrubbed_json(item, scrub) for item in value]
+    return value
 
 
 def request_key(request: RpcRequest | None) -> str:

@@ -14,8 +14,6 @@ DELETE), never for a body that is not JSON-RPC.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
 from typing import Any, ClassVar
 
 from aiohttp import web
@@ -48,8 +46,6 @@ _PREFIXES = (
 _VERSION = istr("MCP-Protocol-Version")
 _SESSION = istr("Mcp-Session-Id")
 _METHOD = istr("Mcp-Method")  # 2026-07-28: the method, beside the body (no session id)
-#: Strings of an error's ``structuredContent`` redacted at most; a larger one is dropped.
-MAX_STRUCTURED_STRINGS = 256
 #: The ``_meta`` key the envelope travels under in a rewritten tool result.
 META_KEY = "mend/error"
 
@@ -128,21 +124,6 @@ class Mcp(JsonRpc):
         key = request_key(request)
         return Unit(narrowed, slot, key, source=result.get("structuredContent"))
 
-    def scrubbed(self, unit: Unit, scrub: Callable[[str], str]) -> Unit:
-        """A tool result's ``structuredContent`` (what programs read of the error) is kept,
-        every string in it redacted as the envelope is; one holding more than
-        ``MAX_STRUCTURED_STRINGS`` strings is dropped (the envelope still says what failed)."""
-        if unit.source is None:
-            return unit
-        budget = [MAX_STRUCTURED_STRINGS]
-
-        def counted(text: str) -> str:
-            budget[0] -= 1
-            return scrub(text) if budget[0] >= 0 else ""
-
-        kept = scrubbed_json(unit.source, counted)
-        return replace(unit, kept=kept if budget[0] >= 0 else None)
-
     def notification_answer(self, status: int) -> int:
         """Streamable HTTP: a notification the server could not accept gets an HTTP error
         status and no body; one it accepted, 202."""
@@ -157,18 +138,6 @@ class Mcp(JsonRpc):
         text = render(envelope, Rendering.TEXT, envelope.upstream_status or 200, tool=tool)[0]
         result = rewritten_result(item["result"], text, data, unit.kept)
         return {**item, "id": id_, "result": result}
-
-
-def scrubbed_json(value: Any, scrub: Callable[[str], str]) -> Any:
-    """``value`` (parsed JSON, depth-capped by ``nesting``) with every string through ``scrub``;
-    keys are kept (names a program reads), values that were only internals become empty."""
-    if isinstance(value, str):
-        return scrub(value)
-    if isinstance(value, dict):
-        return {key: scrubbed_json(item, scrub) for key, item in value.items()}
-    if isinstance(value, list):
-        return [scrubbed_json(item, scrub) for item in value]
-    return value
 
 
 def rewritten_result(

@@ -58,7 +58,7 @@ def named(arguments: Any, text: str) -> tuple[str, Any] | None:
         name, _ = max(quoted, key=lambda pair: len(pair[1]))
         return name, arguments[name]
     lowered = text.lower()
-    names = [n for n in list(arguments)[:MAX_ARGUMENTS] if isinstance(n, str) and n]
+    names = [n for n in list(arguments)[:MAX_ARGUMENTS] if isinstance(n, str) and len(n) >= 2]
     for name in sorted(names, key=len, reverse=True):
         spoken = name.lower()
         if _as_word(lowered, spoken) or (

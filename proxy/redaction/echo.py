@@ -34,24 +34,48 @@ def kept_values(redactor: Redactor, values: Sequence[str]) -> tuple[str, ...]:
     return tuple(kept)
 
 
+def _swap(text: str, olds: Sequence[str], news: Sequence[str]) -> tuple[str, bool]:
+    """``text`` with every occurrence of ``olds[i]`` replaced by ``news[i]`` in one pass from the
+    left (the earliest match first, the longest of those at one place), so that nothing put in
+    is read again; and whether anything was. Each old string is searched for again only once
+    the pass has gone past its last match: linear in the text for each of them."""
+    nexts = [text.find(old) if old else -1 for old in olds]
+    out: list[str] = []
+    pos = 0
+    while True:
+        best = -1
+        for index in range(len(olds)):
+            if 0 <= nexts[index] < pos:
+                nexts[index] = text.find(olds[index], pos)
+            at = nexts[index]
+            if at < 0:
+                continue
+            if best < 0 or (at, -len(olds[index])) < (nexts[best], -len(olds[best])):
+                best = index
+        if best < 0:
+            break
+        at = nexts[best]
+        out.append(text[pos:at])
+        out.append(news[best])
+        pos = at + len(olds[best])
+    if not out:
+        return text, False
+    out.append(text[pos:])
+    return "".join(out), True
+
+
 def keeping(scrub: Callable[[str], Scrubbed], values: Sequence[str]) -> Callable[[str], Scrubbed]:
-    """``scrub`` with ``values`` (longest first) kept as they are wherever they appear."""
+    """``scrub`` with ``values`` kept as they are wherever they appear."""
     if not values:
         return scrub
+    placeholders = [_placeholder(index) for index in range(len(values))]
 
     def scrub_keeping(text: str) -> Scrubbed:
-        used: list[tuple[str, str]] = []
-        for index, value in enumerate(values):
-            if value in text:
-                placeholder = _placeholder(index)
-                text = text.replace(value, placeholder)
-                used.append((placeholder, value))
-        if not used:
+        aside, found = _swap(text, values, placeholders)
+        if not found:
             return scrub(text)
-        scrubbed = scrub(text)
-        out = scrubbed.text
-        for placeholder, value in used:
-            out = out.replace(placeholder, value)
-        return Scrubbed(out, scrubbed.kinds)
+        scrubbed = scrub(aside)
+        back, _ = _swap(scrubbed.text, placeholders, values)
+        return Scrubbed(back, scrubbed.kinds)
 
     return scrub_keeping

@@ -218,3 +218,18 @@ async def test_version_negotiation_keeps_the_versions_the_server_supports(
     assert (answer["id"], answer["error"]["code"]) == (7, -32022)
     assert answer["error"]["data"]["supported"] == ["2026-07-28"]
     assert answer["error"]["data"]["request_id"]
+
+
+async def test_a_tool_call_longer_than_the_kept_copy_is_still_mcp(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """A tools/call whose body is over 64 KiB (only its start is kept) with MCP's header: its
+    isError result is still rewritten, the id carried over from the upstream's answer."""
+    result = {"content": [{"type": "text", "text": "Error executing tool sync: timed out"}]}
+    answer = {"jsonrpc": "2.0", "id": 9, "result": {**result, "isError": True}}
+    mend = await answering(start_upstream, start_mend, 200, answer)
+    call = tool_call(9, "sync", blob="x" * (100 << 10))
+    resp = await mend.client.post("/mcp", json=call, headers=HEADERS)
+    got = (await resp.json())["result"]
+    assert got["_meta"]["mend/error"]["code"] == "TOOL_TIMEOUT"
+    assert (await resp.json())["id"] == 9

@@ -93,12 +93,14 @@ class Mcp(JsonRpc):
 
     def claims(self, call: Call) -> bool:
         """A JSON-RPC body calling an MCP method, or any JSON-RPC body of a request whose
-        headers name MCP; a header on a body that is not JSON-RPC makes nothing MCP."""
+        headers name MCP (one cut at the copy's cap included: it starts as JSON-RPC); a header
+        on a body that is not JSON-RPC makes nothing MCP."""
         if not call.holds(b'"jsonrpc"'):
             return False
         rpc = self.request(call)
         if rpc is None:
-            return False
+            # a JSON-RPC body longer than the copy kept of it: the header's word is taken
+            return call.hint is self and call.ended and not call.complete
         return call.hint is self or any(is_mcp_method(r.method) for r in rpc.requests)
 
     #: a JSON-RPC error body alone does not say MCP: the base's "no", so the detector skips it

@@ -233,3 +233,23 @@ async def test_a_tool_call_longer_than_the_kept_copy_is_still_mcp(
     got = (await resp.json())["result"]
     assert got["_meta"]["mend/error"]["code"] == "TOOL_TIMEOUT"
     assert (await resp.json())["id"] == 9
+
+
+async def test_a_rest_get_with_an_mcp_session_header_streams_through(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """A REST GET carrying Mcp-Session-Id whose JSON answer streams (no Content-Length) is
+    passed as it streams, not read whole as an MCP answer would be."""
+
+    async def items(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"items": [], ')
+        await response.write(b'"error": null}')
+        await response.write_eof()
+        return response
+
+    mend = await start_mend(await start_upstream({"GET /api/items": items}))
+    resp = await mend.client.get("/api/items", headers={"Mcp-Session-Id": "abc123"})
+    assert await resp.json() == {"items": [], "error": None}
+    assert "Content-Length" not in resp.headers

@@ -22,8 +22,8 @@ from multidict import istr
 from proxy import nesting
 from proxy.envelope import Envelope
 from proxy.exchange import NOT_JSON, Exchange
-from proxy.protocols.base import Call, Protocol, ProtocolName, Unit
-from proxy.protocols.jsonrpc import JsonRpc, RpcRequest, request_key
+from proxy.protocols.base import Call, Inspection, Protocol, ProtocolName, Unit
+from proxy.protocols.jsonrpc import SSE, JsonRpc, RpcRequest, request_key
 from proxy.render import Rendering, render
 
 #: Methods of the MCP specification (2025-03-26 to 2026-07-28) by name or prefix.
@@ -105,6 +105,13 @@ class Mcp(JsonRpc):
 
     #: a JSON-RPC error body alone does not say MCP: the base's "no", so the detector skips it
     claims_response = Protocol.claims_response
+
+    def inspects(self, call: Call, content_type: str) -> Inspection:
+        """A request without a body (MCP's GET stream, DELETE) is MCP's only for an event
+        stream; a JSON answer to one (a REST GET that carried an MCP header) streams through."""
+        if call.tee is None and content_type != SSE:
+            return Inspection.NONE
+        return super().inspects(call, content_type)
 
     def may_hold_errors(self, raw: bytes) -> bool:
         return b'"error"' in raw or b'"isError"' in raw

@@ -84,6 +84,10 @@ KEPT_ON_ENVELOPES = re.compile(
     r"(x-)?ratelimit(-.*)?|x-rate-limit-.*|mcp-session-id|mcp-protocol-version)$",
     re.I,
 )
+#: errors of one response reviewed across calls (one store call each); the rest go as built
+REVIEWED_UNITS = 16
+#: kept upstream headers the client sends back as they came (never redacted)
+_TRANSPORT_ECHOES = frozenset({"mcp-session-id", "mcp-protocol-version"})
 _HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
 _RID: web.RequestKey[str] = web.RequestKey("mend.request_id", str)
 #: the request's spans, when tracing is on (``proxy/traces.py``)
@@ -534,7 +538,7 @@ class Proxy:
         listing = _lists_tools(call)  # every event is read: the tools' annotations are in one
         answered = False  # an event carried a response (a result or an error)
 
-        def rewrite_event(event: Event) -> bytes | None:
+        async def rewrite_event(event: Event) -> bytes | None:
             if event.event not in ("", "message"):
                 return None
             document = nesting.loads(event.data)
@@ -546,10 +550,14 @@ class Proxy:
             try:
                 redactor = self._redactor(request, exchange.route)
                 answered = answer(protocol, call, one, ruleset, redactor, options)
+                if answered is None or answered.rendered is None:
+                    return None
+                # the cross-call view, as for a JSON answer: repeats, patterns, escalation
+                answered = await self._reviewed(request, one, call, answered, upstream.status)
             except Exception as exc:  # a bug must not end the stream the agent is reading
                 self._bug(exc)
                 return None
-            if answered is None or answered.rendered is None:
+            if answered.rendered is None:
                 return None
             for evaluation in answered.evaluations:
                 self._count(request, exchange, evaluation, protocol)
@@ -856,35 +864,60 @@ class Proxy:
         answered: Answer,
         status: int,
     ) -> Answer:
-        """The answer with this session's repeats and patterns in its envelope (one store call;
-        none if the store does not answer in time). A response holding several errors (a
-        batch, GraphQL errors) is left as it is."""
-        if len(answered.evaluations) != 1 or len(answered.units) > 1:
+        """The answer with this session's repeats and patterns in its envelopes (one store call
+        per error; none if the store does not answer in time). A response holding several
+        errors (a batch, GraphQL errors) has each of its first ``REVIEWED_UNITS`` reviewed on
+        its own, known by what it answers (``Unit.key``)."""
+        if not answered.evaluations:
             return answered
-        evaluation = answered.evaluations[0]
         length = request.content_length
         if length is None and call is not None:
             length = call.seen
-        envelope = await self.crosscall.review.envelope(
+        body = body_digest(bytes(call.tee) if call and call.tee is not None else None, length)
+        if len(answered.evaluations) == 1 and len(answered.units) <= 1:
+            reviewed = [await self._review(request, exchange, answered.evaluations[0], body)]
+        else:
+            pairs = list(zip(answered.evaluations, answered.units, strict=True))
+            reviewed = list(
+                await asyncio.gather(
+                    *(
+                        self._review(request, exchange, evaluation, f"{body}#{unit.key}")
+                        for evaluation, unit in pairs[:REVIEWED_UNITS]
+                    )
+                )
+            )
+        changed = {
+            id(evaluation.envelope): envelope
+            for evaluation, envelope in zip(answered.evaluations, reviewed, strict=False)
+            if envelope is not evaluation.envelope
+        }
+        if not changed:
+            return answered
+        for evaluation in answered.evaluations:
+            evaluation.envelope = changed.get(id(evaluation.envelope), evaluation.envelope)
+        protocol = answered.protocol
+        if protocol is not None and answered.rendered is not None and call is not None:
+            if answered.outcomes:  # errors in the protocol's shape, put back in place
+                answered.outcomes = [(u, changed.get(id(e), e)) for u, e in answered.outcomes]
+                answered.rendered = protocol.render(call, exchange, answered.outcomes)
+            else:
+                envelope = answered.evaluations[0].envelope
+                answered.rendered = protocol.render_whole(call, envelope, status)
+        return answered
+
+    async def _review(
+        self, request: web.BaseRequest, exchange: Exchange, evaluation: Evaluation, body: str
+    ) -> Envelope:
+        """One failure counted into its session (``crosscall/review.py``)."""
+        return await self.crosscall.review.envelope(
             evaluation.envelope,
             headers=request.headers,
             client=request.remote,
             method=request.method,
             route=exchange.route,
             path=request.raw_path,
-            body=body_digest(bytes(call.tee) if call and call.tee is not None else None, length),
+            body=body,
         )
-        if envelope is evaluation.envelope:
-            return answered
-        evaluation.envelope = envelope
-        protocol = answered.protocol
-        if protocol is not None and answered.rendered is not None and call is not None:
-            answered.rendered = (
-                protocol.render(call, exchange, [(answered.units[0], envelope)])
-                if answered.units  # one error in the protocol's shape (an MCP tool result)
-                else protocol.render_whole(call, envelope, status)
-            )
-        return answered
 
     async def _closed(self, request: web.BaseRequest, route: Route) -> None:
         """``CircuitOpen`` when the request's operation has its circuit open; else the request
@@ -1069,7 +1102,11 @@ _CHALLENGE_ECHOES = re.compile(r'(\b(?:nonce|opaque)=(?:"[^"]{0,512}"|[^\s,]{0,5
 
 def _scrub_header(name: str, value: str, redactor: Redactor, kinds: list[str]) -> str:
     """A kept upstream header for an envelope, redacted; a challenge's nonce and opaque are
-    kept as sent, the rest of it (realm, error_description) is redacted like any text."""
+    kept as sent, the rest of it (realm, error_description) is redacted like any text. MCP's
+    session id and revision are the transport's, echoed by the client: kept as sent (a session
+    id looks like a key, and a masked one ends the session)."""
+    if name.lower() in _TRANSPORT_ECHOES:
+        return value
     pieces = _CHALLENGE_ECHOES.split(value) if name.lower() == "www-authenticate" else [value]
     out = []
     for index, piece in enumerate(pieces):

@@ -17,6 +17,7 @@ from proxy import constraints, detail
 from proxy.envelope import Action, Category, Envelope, InvalidField, Severity
 from proxy.exchange import Exchange
 from proxy.pointer import to_pointer
+from proxy.protocols import arguments
 from proxy.regex import linear
 from proxy.resend import KEY_SENTENCE, Resend, check_first, keyed_steps, resend
 from proxy.retry import clamp, retry_after_ms
@@ -194,6 +195,22 @@ _EXCHANGE_VARIABLES = frozenset(
 )
 
 
+#: The MCP tool argument an error names and its value (``proxy/protocols/arguments.py``).
+_ARGUMENT_VARIABLES = frozenset({"argument", "argument_value"})
+#: The SDKs' prefix on a tool's own error text ("Error executing tool NAME: ").
+_TOOL_PREFIX = "Error executing tool "
+
+
+def tool_message(exchange: Exchange) -> str | None:
+    """An MCP tool's error text without the SDK's "Error executing tool NAME: " prefix, on one
+    line; ``None`` when it is empty."""
+    text = exchange.text.strip()
+    if text.startswith(_TOOL_PREFIX):
+        _, sep, rest = text.partition(": ")
+        text = rest.strip() if sep else ""
+    return _single_line(text) if text else None
+
+
 @dataclass(slots=True)
 class Lookup:
     """Resolves template variables for one exchange; computed values are cached."""
@@ -216,6 +233,13 @@ class Lookup:
             return ex.status
         if name == "upstream_message":
             self.extra[name] = message = upstream_message(ex)
+            return message
+        if name in _ARGUMENT_VARIABLES:
+            found = arguments.named(ex.arguments, ex.text)
+            self.extra["argument"], self.extra["argument_value"] = found or (None, None)
+            return self.extra[name]
+        if name == "tool_message":
+            self.extra[name] = message = tool_message(ex)
             return message
         return getattr(ex, name, None) if name in _EXCHANGE_VARIABLES else None
 

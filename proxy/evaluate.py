@@ -6,7 +6,7 @@ tests and explanations show is exactly what agents get.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,9 +16,11 @@ from proxy import body as bodies
 from proxy.build import BuildOptions, build
 from proxy.envelope import Envelope
 from proxy.exchange import Exchange
+from proxy.protocols import arguments
 from proxy.protocols.base import Call, Protocol, Rendered, Unit
 from proxy.protocols.detect import Detector
-from proxy.redact import Redactor
+from proxy.redact import Redactor, Scrubbed
+from proxy.redaction import echo
 from proxy.ruleset import Match, RuleSet
 
 
@@ -43,14 +45,24 @@ def rewrite(
 ) -> Evaluation:
     """The envelope for a matched exchange; every upstream-derived value is scrubbed."""
     kinds: list[str] = []
+    scrub = scrubber(redactor, exchange, kinds)
+    envelope = build(match.rule.envelope, match.rule.id, exchange, match.found, scrub, options)
+    return Evaluation(envelope, match, kinds)
+
+
+def scrubber(redactor: Redactor, exchange: Exchange, kinds: list[str]) -> Callable[[str], str]:
+    """``redactor.scrub`` for the text of one exchange's envelope, its kinds added to ``kinds``;
+    the values the model sent in a tool call's arguments stay readable (``redaction/echo.py``)."""
+    run: Callable[[str], Scrubbed] = redactor.scrub
+    if exchange.arguments:
+        run = echo.keeping(run, echo.kept_values(redactor, arguments.echoed(exchange.arguments)))
 
     def scrub(text: str) -> str:
-        scrubbed = redactor.scrub(text)
+        scrubbed = run(text)
         kinds.extend(scrubbed.kinds)
         return scrubbed.text
 
-    envelope = build(match.rule.envelope, match.rule.id, exchange, match.found, scrub, options)
-    return Evaluation(envelope, match, kinds)
+    return scrub
 
 
 def evaluate(
@@ -76,6 +88,8 @@ class Answer:
     protocol: Protocol | None = None
     #: the error unit each evaluation is for (empty: the response was matched whole)
     units: list[Unit] = field(default_factory=list)
+    #: every error unit with its envelope, as rendered (past ``MAX_UNITS`` units share one)
+    outcomes: list[tuple[Unit, Envelope]] = field(default_factory=list)
 
 
 def answer(
@@ -108,13 +122,14 @@ def answer(
             if match is None:
                 continue
             evaluation = rewrite(match, unit.exchange, redactor, options)
-            evaluation.envelope = protocol.adjust(unit, evaluation.envelope)
-            outcomes.append((unit, evaluation.envelope))
+            kept = protocol.scrubbed(unit, scrubber(redactor, unit.exchange, evaluation.redactions))
+            evaluation.envelope = protocol.adjust(kept, evaluation.envelope)
+            outcomes.append((kept, evaluation.envelope))
             evaluations.append(evaluation)
-            matched.append(unit)
+            matched.append(kept)
         if evaluations:
             in_place = protocol.render(call, exchange, outcomes)
-            return Answer(in_place, evaluations, protocol, matched)
+            return Answer(in_place, evaluations, protocol, matched, outcomes)
     if (exchange.status or 0) < 400:
         return None  # a success, or a protocol answer with no error in it
     described(protocol, call, exchange)

@@ -48,6 +48,8 @@ class Exchange:
     retry_safe: bool | None = None
     #: an MCP tool its server did not mark non-destructive: a plan to check first asks the user
     destructive: bool = False
+    #: the arguments of the MCP ``tools/call`` this error answers, as the model sent them
+    arguments: Any = None
     #: JMESPath results by expression: many rules ask the same questions of one body.
     queried: dict[str, Any] = field(default_factory=dict)
 

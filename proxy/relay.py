@@ -90,7 +90,7 @@ async def stream(
             head = upstream.content.read_nowait()
         if upstream.content.at_eof():
             if events is not None:
-                head = events.feed(head) + events.close()
+                head = await events.feed(head) + events.close()
             return buffered(upstream, head, rid, redirect)
     response = PassedStream(
         status=upstream.status,
@@ -118,13 +118,13 @@ async def _relay(
 ) -> web.StreamResponse:
     """The body, as it arrives, after the headers went out."""
     if head and events is not None:
-        head = events.feed(head)  # read before it was known to be still arriving
+        head = await events.feed(head)  # read before it was known to be still arriving
     if head:
         await response.write(head)
     try:
         async for chunk in upstream.content.iter_any():
             if events is not None:
-                chunk = events.feed(chunk)  # noqa: PLW2901 (what goes out)
+                chunk = await events.feed(chunk)  # noqa: PLW2901 (what goes out)
                 if not chunk:
                     continue
             await response.write(chunk)

@@ -23,6 +23,8 @@ from proxy.template import Template, TemplateError
 BUILTINS = frozenset(
     {"status", "upstream_status", "upstream_message", "method", "path", "route", "request_id"}
     | {"protocol", "rpc_method", "tool"}  # proxy/protocols: None on plain HTTP
+    # MCP tool errors: the argument the text names, its value, the text without the SDK prefix
+    | {"argument", "argument_value", "tool_message"}
 )
 #: Variables mend's own failures add (``app.Proxy._failure``): only in the ``proxy`` pack.
 OWN_FAILURE_VARS = frozenset({"limit", "wait_ms"})

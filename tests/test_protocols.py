@@ -21,7 +21,7 @@ PROGRESS = b'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/prog
 def rewriter(seen: list[Event] | None = None, cap: int = 1 << 20) -> EventRewriter:
     """Replaces every event holding ``"error"`` with ``data: REWRITTEN``."""
 
-    def rewrite(event: Event) -> bytes:
+    async def rewrite(event: Event) -> bytes:
         if seen is not None:
             seen.append(event)
         return event.with_data("REWRITTEN")
@@ -29,61 +29,61 @@ def rewriter(seen: list[Event] | None = None, cap: int = 1 << 20) -> EventRewrit
     return EventRewriter(rewrite, lambda raw: b'"error"' in raw, cap)
 
 
-def test_an_event_split_across_chunks_passes_when_complete() -> None:
+async def test_an_event_split_across_chunks_passes_when_complete() -> None:
     """Bytes of an unfinished event wait for its blank line, then go out unchanged."""
     events = rewriter()
-    assert events.feed(PROGRESS[:20]) == b""
-    assert events.feed(PROGRESS[20:-1]) == b""
-    assert events.feed(PROGRESS[-1:]) == PROGRESS
+    assert await events.feed(PROGRESS[:20]) == b""
+    assert await events.feed(PROGRESS[20:-1]) == b""
+    assert await events.feed(PROGRESS[-1:]) == PROGRESS
 
 
-def test_events_pass_the_moment_they_end() -> None:
+async def test_events_pass_the_moment_they_end() -> None:
     """Two events in one chunk and half of a third: the two go out now."""
     events = rewriter()
-    assert events.feed(PROGRESS + PROGRESS + PROGRESS[:10]) == PROGRESS + PROGRESS
+    assert await events.feed(PROGRESS + PROGRESS + PROGRESS[:10]) == PROGRESS + PROGRESS
 
 
-def test_an_error_event_is_rewritten_keeping_its_other_fields() -> None:
+async def test_an_error_event_is_rewritten_keeping_its_other_fields() -> None:
     """The event's ``event:`` and ``id:`` lines stay; its data is replaced."""
-    assert rewriter().feed(ERROR_EVENT) == b"event: message\nid: 7\ndata: REWRITTEN\n\n"
+    assert await rewriter().feed(ERROR_EVENT) == b"event: message\nid: 7\ndata: REWRITTEN\n\n"
 
 
-def test_crlf_events_are_read_and_written_with_crlf() -> None:
+async def test_crlf_events_are_read_and_written_with_crlf() -> None:
     """CRLF line ends end events too, and a rewritten event keeps them."""
     crlf = ERROR_EVENT.replace(b"\n", b"\r\n")
-    assert rewriter().feed(crlf) == b"event: message\r\nid: 7\r\ndata: REWRITTEN\r\n\r\n"
+    assert await rewriter().feed(crlf) == b"event: message\r\nid: 7\r\ndata: REWRITTEN\r\n\r\n"
 
 
-def test_a_cr_at_the_end_of_a_chunk_waits_for_the_next_byte() -> None:
+async def test_a_cr_at_the_end_of_a_chunk_waits_for_the_next_byte() -> None:
     """``\\r`` last may be half of ``\\r\\n``: the event is not ended early."""
     events = rewriter()
     crlf = PROGRESS.replace(b"\n", b"\r\n")
-    assert events.feed(crlf[:-1]) == b""
-    assert events.feed(crlf[-1:]) == crlf
+    assert await events.feed(crlf[:-1]) == b""
+    assert await events.feed(crlf[-1:]) == crlf
 
 
-def test_events_without_the_marker_are_never_parsed() -> None:
+async def test_events_without_the_marker_are_never_parsed() -> None:
     """The cheap scan decides: a notification is not parsed or offered for rewriting."""
     seen: list[Event] = []
     events = rewriter(seen)
-    events.feed(PROGRESS * 3)
+    await events.feed(PROGRESS * 3)
     assert seen == []
 
 
-def test_an_event_over_the_cap_passes_unchanged_as_it_arrives() -> None:
+async def test_an_event_over_the_cap_passes_unchanged_as_it_arrives() -> None:
     """An event bigger than the cap is let through as it comes, never held whole."""
     big = b'data: {"error": "' + b"x" * 500 + b'"}\n\n'
     events = rewriter(cap=100)
-    out = events.feed(big[:300])
+    out = await events.feed(big[:300])
     assert out == big[:300]
-    assert events.feed(big[300:]) == big[300:]
-    assert events.feed(ERROR_EVENT).endswith(b"data: REWRITTEN\n\n")  # the next one is read
+    assert await events.feed(big[300:]) == big[300:]
+    assert (await events.feed(ERROR_EVENT)).endswith(b"data: REWRITTEN\n\n")  # the next one is read
 
 
-def test_an_unfinished_event_is_flushed_at_the_end() -> None:
+async def test_an_unfinished_event_is_flushed_at_the_end() -> None:
     """What is left when the stream ends goes out as it came."""
     events = rewriter()
-    events.feed(PROGRESS[:15])
+    await events.feed(PROGRESS[:15])
     assert events.close() == PROGRESS[:15]
 
 

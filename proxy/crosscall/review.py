@@ -35,8 +35,8 @@ def body_digest(tee: bytes | None, length: int | None) -> str:
     """The request body's identity: a hash of what the proxy kept of it (a JSON body's first
     64 KiB, ``Call.tee``) with its length; a body it did not keep is known by its length.
 
-    A JSON-RPC request (MCP) is hashed without its ``id``: an agent resending the same call
-    numbers it anew, and it is the same call."""
+    A JSON-RPC request (MCP), or each request of a batch, is hashed without its ``id``: an
+    agent resending the same call numbers it anew, and it is the same call."""
     if tee is None:
         return f"len:{length}"
     if b'"jsonrpc"' in tee[:4096]:
@@ -51,6 +51,11 @@ def _without_id(tee: bytes) -> bytes:
         return tee  # cut at the tee's cap, or not JSON: hashed as it is
     if isinstance(document, dict) and "jsonrpc" in document:
         document.pop("id", None)
+        return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
+    if isinstance(document, list) and any(isinstance(i, dict) and "jsonrpc" in i for i in document):
+        for item in document:  # a batch: each element numbered anew when resent
+            if isinstance(item, dict):
+                item.pop("id", None)
         return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
     return tee
 

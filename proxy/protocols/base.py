@@ -17,7 +17,7 @@ of a JSON body as it streams upstream, and it is parsed only when a response nee
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum, StrEnum
 from typing import Any, ClassVar
@@ -77,6 +77,7 @@ class Call:
         "cap",
         "decided",
         "ended",
+        "hint",
         "method",
         "protocol",
         "query_string",
@@ -94,8 +95,12 @@ class Call:
         protocol: Protocol | None = None,
         tee: bytearray | None = None,
         cap: int = TEE_BYTES,
+        hint: Protocol | None = None,
     ) -> None:
         self.method = method
+        #: the protocol the request's headers name: it claims a body of its family (any
+        #: JSON-RPC body for MCP), but a header alone decides nothing (CONTRACT §6)
+        self.hint = hint
         self.query_string = query_string
         self.accept = accept
         self.protocol = protocol
@@ -148,6 +153,14 @@ class Unit:
 
     exchange: Exchange
     slot: int
+    #: what the error answers within the call, for the cross-call view when one response holds
+    #: several errors: the batch element's method and params, a GraphQL error's path
+    key: str = ""
+    #: what the protocol may keep of the upstream's own unit beside the envelope, as it came:
+    #: never rendered (an MCP tool result's ``structuredContent``)
+    source: Any = None
+    #: ``source`` redacted as the envelope is (``Protocol.scrubbed``): what ``render`` keeps
+    kept: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +188,9 @@ class Protocol(ABC):
     signals: ClassVar[bool] = False
 
     def signalled(self, request: web.BaseRequest) -> bool:
-        """Whether the request's headers or query say it is this protocol (no body needed).
+        """Whether the request's headers or query say it is this protocol: enough for a request
+        without a body; one with a body is this protocol only if its body is (``claims``, with
+        the signal in ``Call.hint``).
 
         Runs on every request of an ``auto`` route: header look-ups only, nothing parsed."""
         return False
@@ -204,6 +219,11 @@ class Protocol(ABC):
         """What an error answering the whole call is about, for the rules: ``rpc_method`` and
         ``tool`` (``Exchange`` fields) when the call makes one JSON-RPC request."""
         return {}
+
+    def scrubbed(self, unit: Unit, scrub: Callable[[str], str]) -> Unit:
+        """The unit with what ``render`` keeps of the upstream's own error passed through
+        ``scrub`` (the envelope's redaction); most protocols keep nothing."""
+        return unit
 
     def adjust(self, unit: Unit, envelope: Envelope) -> Envelope:
         """What the protocol itself knows about a unit's envelope (GraphQL: partial success)."""

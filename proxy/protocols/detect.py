@@ -20,6 +20,9 @@ from proxy.protocols.graphql import GraphQL
 from proxy.protocols.jsonrpc import JsonRpc
 from proxy.protocols.mcp import Mcp
 
+#: the request headers that name MCP (lowercase), for a request described by hand
+_MCP_HEADERS = frozenset({"mcp-protocol-version", "mcp-session-id", "mcp-method"})
+
 
 def _holds_any(data: bytearray, markers: tuple[bytes, ...]) -> bool:
     # a loop, not any(<generator>), and find, not ``in``: each about halves the cost (timeit)
@@ -52,12 +55,18 @@ class Detector:
         if mode is ProtocolName.HTTP:
             return None
         protocol = None if mode is ProtocolName.AUTO else self.by_name[mode]
+        hint = None
+        body = request.body_exists
         if protocol is None:
             for candidate in self._signalling:
                 if candidate.signalled(request):
-                    protocol = candidate
+                    hint = candidate
                     break
-        tee = request.body_exists and (protocol is not None or is_json_type(request.content_type))
+            if hint is not None and not body:
+                protocol = hint  # nothing else to go by (MCP's GET stream, DELETE)
+        tee = body and (
+            protocol is not None or hint is not None or is_json_type(request.content_type)
+        )
         if protocol is None and not tee:
             return None
         method = request.method
@@ -68,6 +77,7 @@ class Detector:
             protocol=protocol,
             tee=bytearray() if tee else None,
             cap=self.tee_bytes,
+            hint=hint,
         )
 
     def make(
@@ -104,8 +114,10 @@ class Detector:
             return None
         lowered = {k.lower(): v for k, v in (headers or {}).items()}
         protocol = self.by_name.get(mode)
-        if protocol is None and ("mcp-protocol-version" in lowered or "mcp-session-id" in lowered):
-            protocol = self.by_name.get(ProtocolName.MCP)
+        hint = None
+        if protocol is None and not _MCP_HEADERS.isdisjoint(lowered):
+            hint = self.by_name.get(ProtocolName.MCP)
+            protocol = hint if body is None else None
         call = self.make(
             method=method.upper(),
             query_string=query_string,
@@ -113,6 +125,7 @@ class Detector:
             protocol=protocol,
             tee=body is not None,
         )
+        call.hint = hint
         if body is not None:
             call.feed(body)
             call.end()

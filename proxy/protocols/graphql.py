@@ -198,7 +198,10 @@ class GraphQL(Protocol):
             if "data" in document:
                 reduced["data"] = document["data"]
             text = json_bytes(entry).decode("utf-8", "replace")
-            units.append(Unit(narrowed(exchange, reduced, text, protocol=self.name.value), slot))
+            path = entry.get("path") if isinstance(entry, dict) else None
+            key = json_bytes(path).decode("utf-8", "replace") if path is not None else f"#{slot}"
+            unit = Unit(narrowed(exchange, reduced, text, protocol=self.name.value), slot, key)
+            units.append(unit)
         return units
 
     def adjust(self, unit: Unit, envelope: Envelope) -> Envelope:

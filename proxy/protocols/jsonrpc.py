@@ -4,19 +4,24 @@ Units are the response objects that carry an ``error`` member, each matched on i
 element by element, in the upstream's order); the rules see the one response object. Each comes
 back as ``{"jsonrpc": "2.0", "id": <its id>, "error": {"code", "message", "data"}}``: the upstream's
 numeric code when it sent one, else one chosen by category; the envelope's message and hint as the
-message; the envelope as ``data``. An error that is not a JSON-RPC response (an HTML 502, mend's
-own ``UPSTREAM_UNREACHABLE``) is answered for every request of the call that has an id; a call
-made only of notifications gets an empty answer, which no client parses.
+message; the envelope as ``data`` (beside the upstream's own ``data`` members when its code is
+one the MCP specification defines, such as -32022's ``supported`` versions). An error that is
+not a JSON-RPC response (an HTML 502, mend's own ``UPSTREAM_UNREACHABLE``) is answered for every
+request of the call that has an id; a call made only of notifications gets an empty answer,
+which no client parses.
 
-JSON-RPC answers are HTTP 200: the error is in the body, the upstream's status in
-``X-Upstream-Status``. That is how JSON-RPC servers answer over HTTP, and MCP's clients (the
-official SDKs) refuse to read the body of any other status.
+Every answer carries the id of the request it answers (a transport error's stand-in id, ``null``
+or the SDK's ``"server-error"``, is replaced by the call's own when it made one request). An
+answer keeps an upstream 4xx (the transport's own: version negotiation, discovery, session
+errors), which clients read; anything else is HTTP 200 with the error in the body and the
+upstream's status in ``X-Upstream-Status``, since MCP's 1.x clients read no 5xx body. A call made
+only of notifications gets no body.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Final
 
 from proxy.envelope import Category, Envelope
@@ -84,6 +89,14 @@ class RpcRequest:
             return None
         name = self.params.get("name")
         return name if isinstance(name, str) else None
+
+    @property
+    def arguments(self) -> dict[str, Any] | None:
+        """The arguments of an MCP ``tools/call``, as the model wrote them."""
+        if self.tool is None:
+            return None
+        arguments = self.params.get("arguments")
+        return arguments if isinstance(arguments, dict) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +246,25 @@ class JsonRpc(Protocol):
         if not isinstance(item.get("error"), dict):
             return None
         text = dumps(item).decode("utf-8", "replace")
-        return Unit(self._narrowed(exchange, item, text, request), slot)
+        narrowed = self._narrowed(exchange, item, text, request)
+        return Unit(narrowed, slot, request_key(request), source=protocol_data(item["error"]))
+
+    def scrubbed(self, unit: Unit, scrub: Callable[[str], str]) -> Unit:
+        """What programs read of the upstream's own error is kept, every string redacted as
+        the envelope is: the ``data`` of a code the MCP specification defines (the versions a
+        server supports, with -32022), an MCP tool result's ``structuredContent``. One holding
+        more than ``MAX_KEPT_STRINGS`` strings is dropped (the envelope still says what
+        failed)."""
+        if unit.source is None:
+            return unit
+        budget = [MAX_KEPT_STRINGS]
+
+        def counted(text: str) -> str:
+            budget[0] -= 1
+            return scrub(text) if budget[0] >= 0 else ""
+
+        kept = scrubbed_json(unit.source, counted)
+        return replace(unit, kept=kept if budget[0] >= 0 else None)
 
     def _narrowed(
         self, exchange: Exchange, document: Any, text: str, request: RpcRequest | None
@@ -245,13 +276,28 @@ class JsonRpc(Protocol):
             protocol=self.name.value,
             rpc_method=request.method if request is not None else None,
             tool=request.tool if request is not None else None,
+            arguments=request.arguments if request is not None else None,
         )
+
+    def answer_status(self, status: int | None) -> int:
+        """The HTTP status of an answer carrying JSON-RPC errors: a 4xx is the transport's own
+        (version negotiation, discovery, a session it does not know) and stays; anything else
+        is 200, the error in the body, since MCP's 1.x clients read no 5xx body."""
+        return status if status is not None and 400 <= status < 500 else 200
+
+    def notification_answer(self, status: int) -> int:
+        """The status of the empty answer to a call of notifications only that failed: JSON-RPC
+        over HTTP says 204, whatever happened (there is nothing to parse)."""
+        return self.notification_status
 
     def render(
         self, call: Call, exchange: Exchange, outcomes: Sequence[tuple[Unit, Envelope]]
     ) -> Rendered:
         found = response_elements(exchange.json)
         assert found is not None  # units came from this document
+        rpc = self.request(call)
+        if rpc is not None and not any(not r.notification for r in rpc.requests):
+            return Rendered(b"", None, self.notification_answer(exchange.status or 200))
         items, batch = found
         out = list(items)
         dumped: dict[int, dict[str, Any]] = {}  # envelopes shared past MAX_UNITS: dumped once
@@ -259,23 +305,75 @@ class JsonRpc(Protocol):
             data = dumped.get(id(envelope))
             if data is None:
                 data = dumped[id(envelope)] = envelope.as_dict()
-            out[unit.slot] = self._rendered(unit, items[unit.slot], envelope, data)
-        return Rendered(dumps(out if batch else out[0]), JSON, 200)
+            item = items[unit.slot]
+            id_ = answered_id(rpc, item.get("id"))
+            out[unit.slot] = self._rendered(unit, item, envelope, data, id_)
+        return Rendered(dumps(out if batch else out[0]), JSON, self.answer_status(exchange.status))
 
     def _rendered(
-        self, unit: Unit, item: dict[str, Any], envelope: Envelope, data: dict[str, Any]
+        self, unit: Unit, item: dict[str, Any], envelope: Envelope, data: dict[str, Any], id_: Any
     ) -> dict[str, Any]:
-        return error_object(item.get("id"), envelope, item.get("error"), data)
+        if isinstance(unit.kept, dict):  # the protocol's own data members, beside the envelope
+            data = {**unit.kept, **data}
+        return error_object(id_, envelope, item.get("error"), data)
 
     def render_whole(self, call: Call, envelope: Envelope, status: int) -> Rendered | None:
         rpc = self.request(call)
         if rpc is None and call.tee is None:
             return None  # no body, no JSON-RPC request (MCP's GET stream, DELETE): plain HTTP
         if rpc is None:  # the id is unknown (the body was cut or is not JSON-RPC): null
-            return Rendered(dumps(error_object(None, envelope)), JSON, 200)
+            return Rendered(dumps(error_object(None, envelope)), JSON, self.answer_status(status))
         answered = [r for r in rpc.requests if not r.notification]
         if not answered:
-            return Rendered(b"", None, self.notification_status)
+            return Rendered(b"", None, self.notification_answer(status))
         data = envelope.as_dict()  # one dump for a batch of any size
         items = [error_object(r.id, envelope, data=data) for r in answered]
-        return Rendered(dumps(items if rpc.batch else items[0]), JSON, 200)
+        body = dumps(items if rpc.batch else items[0])
+        return Rendered(body, JSON, self.answer_status(status))
+
+
+#: Codes the MCP specification defines (2026-07-28: -32020 to -32099, allocated from -32020),
+#: whose ``data`` clients read (``supported`` versions with -32022): kept beside the envelope.
+SPEC_CODES = range(-32099, -32019)
+#: Strings of an upstream's kept member redacted at most; a larger member is dropped.
+MAX_KEPT_STRINGS = 256
+
+
+def protocol_data(error: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``data`` of an error whose code the MCP specification defines, when an object."""
+    code, data = error.get("code"), error.get("data")
+    if isinstance(code, int) and code in SPEC_CODES and isinstance(data, dict):
+        return data
+    return None
+
+
+def scrubbed_json(value: Any, scrub: Callable[[str], str]) -> Any:
+    """``value`` (parsed JSON, depth-capped by ``nesting``) with every string through ``scrub``;
+    keys are kept (names a program reads), values that were only internals become empty."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {key: scrubbed_json(item, scrub) for key, item in value.items()}
+    if isinstance(value, list):
+        return [scrubbed_json(item, scrub) for item in value]
+    return value
+
+
+def request_key(request: RpcRequest | None) -> str:
+    """A batch element's identity for the cross-call view: its method and params (its id is
+    numbered anew when the call is resent)."""
+    if request is None:
+        return ""
+    return request.method + "\x00" + dumps([request.params]).decode("utf-8", "replace")
+
+
+def answered_id(rpc: RpcCall | None, id_: Any) -> Any:
+    """The id an answer carries: the upstream's when it is one the call sent; else, when the
+    call holds one request with an id, that one (a transport error's stand-in, ``null`` or
+    ``"server-error"``, answers it); else ``null`` (JSON-RPC: the id could not be told)."""
+    if rpc is None:
+        return id_
+    if rpc.find(id_) is not None:
+        return id_
+    sent = [r for r in rpc.requests if not r.notification]
+    return sent[0].id if len(sent) == 1 else None

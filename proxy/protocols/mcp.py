@@ -6,8 +6,10 @@ name the call), and it stays a result with the same id, its content the text ren
 envelope (the recovery plan, then the JSON line) and the envelope in ``_meta["mend/error"]``.
 A successful result is never touched. Everything else is JSON-RPC, in JSON or in an event stream.
 
-Detected by the ``MCP-Protocol-Version`` or ``Mcp-Session-Id`` request header (every request after
-``initialize``), or by a JSON-RPC body calling an MCP method (``initialize`` itself).
+Detected by a JSON-RPC body calling an MCP method (``initialize``, ``server/discover``), or any
+JSON-RPC body of a request carrying ``MCP-Protocol-Version``, ``Mcp-Session-Id`` or (2026-07-28)
+``Mcp-Method``; a header alone names MCP only for a request without a body (the GET stream,
+DELETE), never for a body that is not JSON-RPC.
 """
 
 from __future__ import annotations
@@ -20,13 +22,15 @@ from multidict import istr
 from proxy import nesting
 from proxy.envelope import Envelope
 from proxy.exchange import NOT_JSON, Exchange
-from proxy.protocols.base import Call, Protocol, ProtocolName, Unit
-from proxy.protocols.jsonrpc import JsonRpc, RpcRequest
+from proxy.protocols.base import Call, Inspection, Protocol, ProtocolName, Unit
+from proxy.protocols.jsonrpc import SSE, JsonRpc, RpcRequest, request_key
 from proxy.render import Rendering, render
 
-#: Methods of the MCP specification (2025-06-18 and 2025-11-25) by name or prefix.
+#: Methods of the MCP specification (2025-03-26 to 2026-07-28) by name or prefix.
 _METHODS = frozenset({"initialize", "ping"})
 _PREFIXES = (
+    "server/",  # 2026-07-28: server/discover
+    "subscriptions/",
     "tools/",
     "resources/",
     "prompts/",
@@ -41,6 +45,7 @@ _PREFIXES = (
 #: MCP's request headers, as ``istr`` so that a look-up skips case folding (every request asks).
 _VERSION = istr("MCP-Protocol-Version")
 _SESSION = istr("Mcp-Session-Id")
+_METHOD = istr("Mcp-Method")  # 2026-07-28: the method, beside the body (no session id)
 #: The ``_meta`` key the envelope travels under in a rewritten tool result.
 META_KEY = "mend/error"
 
@@ -84,16 +89,29 @@ class Mcp(JsonRpc):
 
     def signalled(self, request: web.BaseRequest) -> bool:
         headers = request.headers
-        return _VERSION in headers or _SESSION in headers
+        return _VERSION in headers or _SESSION in headers or _METHOD in headers
 
     def claims(self, call: Call) -> bool:
+        """A JSON-RPC body calling an MCP method, or any JSON-RPC body of a request whose
+        headers name MCP (one cut at the copy's cap included: it starts as JSON-RPC); a header
+        on a body that is not JSON-RPC makes nothing MCP."""
         if not call.holds(b'"jsonrpc"'):
             return False
         rpc = self.request(call)
-        return rpc is not None and any(is_mcp_method(r.method) for r in rpc.requests)
+        if rpc is None:
+            # a JSON-RPC body longer than the copy kept of it: the header's word is taken
+            return call.hint is self and call.ended and not call.complete
+        return call.hint is self or any(is_mcp_method(r.method) for r in rpc.requests)
 
     #: a JSON-RPC error body alone does not say MCP: the base's "no", so the detector skips it
     claims_response = Protocol.claims_response
+
+    def inspects(self, call: Call, content_type: str) -> Inspection:
+        """A request without a body (MCP's GET stream, DELETE) is MCP's only for an event
+        stream; a JSON answer to one (a REST GET that carried an MCP header) streams through."""
+        if call.tee is None and content_type != SSE:
+            return Inspection.NONE
+        return super().inspects(call, content_type)
 
     def may_hold_errors(self, raw: bytes) -> bool:
         return b'"error"' in raw or b'"isError"' in raw
@@ -112,21 +130,42 @@ class Mcp(JsonRpc):
         text = tool_text(result)
         narrowed = self._narrowed(exchange, embedded_json(text), text, request)
         narrowed.rpc_method = "tools/call"
-        return Unit(narrowed, slot)
+        key = request_key(request)
+        return Unit(narrowed, slot, key, source=result.get("structuredContent"))
+
+    def notification_answer(self, status: int) -> int:
+        """Streamable HTTP: a notification the server could not accept gets an HTTP error
+        status and no body; one it accepted, 202."""
+        return status if status >= 400 else self.notification_status
 
     def _rendered(
-        self, unit: Unit, item: dict[str, Any], envelope: Envelope, data: dict[str, Any]
+        self, unit: Unit, item: dict[str, Any], envelope: Envelope, data: dict[str, Any], id_: Any
     ) -> dict[str, Any]:
         if "error" in item:
-            return super()._rendered(unit, item, envelope, data)
+            return super()._rendered(unit, item, envelope, data, id_)
         tool = unit.exchange.tool or ""
         text = render(envelope, Rendering.TEXT, envelope.upstream_status or 200, tool=tool)[0]
-        return {
-            "jsonrpc": "2.0",
-            "id": item.get("id"),
-            "result": {
-                "content": [{"type": "text", "text": text.decode("utf-8")}],
-                "isError": True,
-                "_meta": {META_KEY: data},
-            },
-        }
+        result = rewritten_result(item["result"], text, data, unit.kept)
+        return {**item, "id": id_, "result": result}
+
+
+def rewritten_result(
+    result: dict[str, Any], text: str | bytes, envelope: dict[str, Any], structured: Any
+) -> dict[str, Any]:
+    """A tool result that is an error, as the model gets it (CONTRACT §6): every member the
+    upstream sent kept in its place (``resultType``, ``_meta`` and its keys, extensions'), only
+    ``content`` replaced by ``text`` (the recovery plan), ``structuredContent`` by its redacted
+    copy (dropped when there is none), and the envelope added to ``_meta`` as ``mend/error``."""
+    out: dict[str, Any] = {}
+    for key, value in result.items():
+        if key == "structuredContent":
+            if structured is not None:
+                out[key] = structured
+        elif key != "_meta":
+            out[key] = value
+    body = text.decode("utf-8") if isinstance(text, bytes) else text
+    out["content"] = [{"type": "text", "text": body}]
+    out["isError"] = True
+    meta = result.get("_meta")
+    out["_meta"] = {**(meta if isinstance(meta, dict) else {}), META_KEY: envelope}
+    return out

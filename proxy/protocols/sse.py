@@ -12,7 +12,7 @@ arrived waits for the next byte, which may make it a CRLF.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 #: An event bigger than this passes through unchanged (and unread).
@@ -71,7 +71,9 @@ def parse_event(raw: bytes) -> Event:
     return Event(raw, kind, "\n".join(data), newline)
 
 
-Rewrite = Callable[[Event], bytes | None]
+#: an event's replacement (``None``: keep it); a coroutine, since the cross-call view it writes
+#: into an error's envelope asks the state store
+Rewrite = Callable[[Event], Awaitable[bytes | None]]
 
 
 class EventRewriter:
@@ -98,7 +100,7 @@ class EventRewriter:
         self._after_cr = False  # (passing) what was let through ends with a CR
         self.rewritten = 0
 
-    def feed(self, chunk: bytes) -> bytes:
+    async def feed(self, chunk: bytes) -> bytes:
         """The bytes to send now, given ``chunk`` (may be empty)."""
         out = bytearray()
         self._buf += chunk
@@ -124,7 +126,7 @@ class EventRewriter:
             raw = bytes(self._buf[:end])
             del self._buf[:end]
             self._scanned = 0
-            out += self._event(raw)
+            out += await self._event(raw)
         return bytes(out)
 
     def close(self) -> bytes:
@@ -133,10 +135,10 @@ class EventRewriter:
         self._buf.clear()
         return rest
 
-    def _event(self, raw: bytes) -> bytes:
+    async def _event(self, raw: bytes) -> bytes:
         if not self._wants(raw):
             return raw
-        replaced = self._rewrite(parse_event(raw))
+        replaced = await self._rewrite(parse_event(raw))
         if replaced is None:
             return raw
         self.rewritten += 1

@@ -98,6 +98,10 @@ class Redactor:
         self._note = note
         self._record = record
         self._caching = record is None and note is None
+        #: the kinds ``mask`` detectors report: a value holding one holds a secret
+        self.secret_kinds = frozenset(
+            d.spec.kind for d in self.detectors.detectors if d.spec.action == "mask"
+        )
         self._clauses = Clauses(self.detectors, max_length, record)
         self._lines = Lines(self.detectors, self._clauses, record, note)
         set_ = self.detectors

@@ -495,8 +495,17 @@ def _steps(envelope: Envelope, data: Mapping[str, Any], style: _Style) -> list[s
         call = f"Call {style.code(envelope.next_operation)}"
         if data["next_operation_args"]:
             call += f" with arguments {style.code(_value(data['next_operation_args']))}"
-        steps.append(call + ".")
-    steps.extend(_field_step(item, data, style) for item in data["invalid_fields"])
+        elif any(step.startswith(call) for step in steps):
+            call = ""  # the steps already say it, and there is nothing to add
+        if call:
+            steps.append(call + ".")
+    if envelope.action is Action.RETRY:
+        return steps  # the same request, unchanged: nothing to fix
+    fields = data["invalid_fields"]
+    # a field's own step says what the generic "Change /x: reason." said, and more
+    changes = tuple(f"Change {item['field']}:" for item in fields)
+    steps = [step for step in steps if not step.startswith(changes)] if changes else steps
+    steps.extend(_field_step(item, data, style) for item in fields)
     field, allowed, suggested = data["field"], data["allowed_values"], data["suggested_value"]
     # Whatever the per-field steps did not already say about the main field gets its own step.
     if not any(item["field"] == field for item in data["invalid_fields"]) and (

@@ -447,6 +447,37 @@ def test_text_names_exact_steps_and_values(envelope: Envelope, expected: str) ->
     assert expected in "\n".join(lines)
 
 
+def _plan(envelope: Envelope) -> list[str]:
+    lines, _ = _prose_parts(_body(envelope, Rendering.TEXT))
+    return [line for line in lines if re.match(r"^\d+\. ", line)]
+
+
+def test_text_retry_plan_asks_no_fix() -> None:
+    """A retry is the same request unchanged: no step asks to fix the field it names."""
+    envelope = _with(RATE_LIMITED, field="/url", invalid_fields=[])
+    assert not [step for step in _plan(envelope) if "Fix" in step]
+
+
+def test_text_says_a_field_change_once() -> None:
+    """A step 'Change /x: reason.' gives way to the field's own step, which says more."""
+    generic = ("Change /qty: must be greater than 0.", "Send POST /api/orders again.")
+    plan = _plan(_with(VALIDATION, steps=generic))
+    assert [step for step in plan if "/qty" in step] == [
+        "2. Fix /qty: must be greater than 0. You sent: -1. Expected: minimum 1. "
+        "Suggested value: 1."
+    ]
+
+
+def test_text_calls_the_next_operation_once() -> None:
+    """Steps that already call the next operation (without arguments) are not repeated."""
+    envelope = _with(
+        NOT_FINALIZED,
+        steps=["Call POST /invoices/inv_01/finalize first.", "Send the invoice again."],
+        next_operation_args=None,
+    )
+    assert len([step for step in _plan(envelope) if "finalize" in step]) == 1
+
+
 @pytest.mark.parametrize("action", list(Action))
 def test_text_always_has_a_step(action: Action) -> None:
     """A hint that scrubs to nothing still leaves one numbered step for the action."""

@@ -2,7 +2,8 @@
 
 mend runs with the OpenTelemetry SDK and its OTLP/HTTP exporter, configured by ``OTEL_*``
 variables or a ``tracing:`` block; the receiver (``tests/otlp_receiver.py``) decodes what it
-sends with ``opentelemetry-proto``. Upstreams are real aiohttp and FastMCP servers.
+sends with ``opentelemetry-proto``. Upstreams are real aiohttp and MCP SDK 2.x (``MCPServer``)
+servers.
 """
 
 from __future__ import annotations
@@ -453,7 +454,7 @@ async def test_a_tools_call_span_is_named_for_the_tool_with_mcp_attributes(
 ) -> None:
     """A session's tools/call: span ``tools/call <tool>`` with mcp.method.name,
     gen_ai.tool.name, jsonrpc.request.id, mcp.session.id and mcp.protocol.version."""
-    async with serving(mcp_server(json_response=True)) as upstream:
+    async with serving(mcp_server(), json_response=True) as upstream:
         traced = await start_traced(upstream)
         client = traced.mend.client
         opened = await client.post(
@@ -491,7 +492,7 @@ async def test_an_is_error_result_is_an_error_span_with_the_envelope_code(
 ) -> None:
     """A tool result with isError (HTTP 200): the span has status ERROR and error.type = the
     code of the envelope mend put in its _meta."""
-    async with serving(mcp_server(json_response=True, stateless=True)) as upstream:
+    async with serving(mcp_server(), json_response=True, stateless=True) as upstream:
         traced = await start_traced(upstream)
         answer = await traced.mend.client.post(
             "/mcp",
@@ -511,12 +512,15 @@ async def test_an_is_error_event_is_an_error_span_when_the_sdk_client_hangs_up(
     start_traced: StartTraced,
 ) -> None:
     """The official SDK client over SSE reads its tool result and closes the stream: the span
-    still has status ERROR and the envelope's code (an isError must not pass as a success)."""
-    async with serving(mcp_server(json_response=False)) as upstream:
+    still has status ERROR and the envelope's code (an isError must not pass as a success).
+
+    The client runs the initialize handshake (legacy mode): on revision 2026-07-28 the SDK 2.x
+    server answers a tool that returns at once with JSON, not an event stream."""
+    async with serving(mcp_server(), json_response=False) as upstream:
         traced = await start_traced(upstream)
-        async with session(str(traced.mend.client.make_url("/mcp"))) as client:
+        async with session(str(traced.mend.client.make_url("/mcp")), "legacy") as client:
             result = await client.call_tool("create_issue", {"title": "explode", "priority": 1})
-        assert result.isError is True
+        assert result.is_error is True
         assert result.meta is not None
         await traced.receiver.wait(4)
         await asyncio.sleep(0.3)  # the session's last requests (GET stream, DELETE) end too
@@ -559,7 +563,7 @@ async def test_an_mcp_meta_traceparent_is_the_parent_when_no_header_is_sent(
     start_traced: StartTraced,
 ) -> None:
     """SEP-414: params._meta.traceparent parents the span when there is no traceparent header."""
-    async with serving(mcp_server(json_response=True, stateless=True)) as upstream:
+    async with serving(mcp_server(), json_response=True, stateless=True) as upstream:
         traced = await start_traced(upstream)
         body = call_tool("create_issue", {"title": "a", "priority": 1}, traceparent=AGENT_PARENT)
         await traced.mend.client.post("/mcp", json=body, headers=MCP_HEADERS)
@@ -572,7 +576,7 @@ async def test_an_mcp_meta_traceparent_is_the_parent_when_no_header_is_sent(
 async def test_the_traceparent_header_wins_over_mcp_meta(start_traced: StartTraced) -> None:
     """A traceparent header and a different _meta.traceparent: the header is the parent."""
     other = f"00-{'1' * 32}-{'2' * 16}-01"
-    async with serving(mcp_server(json_response=True, stateless=True)) as upstream:
+    async with serving(mcp_server(), json_response=True, stateless=True) as upstream:
         traced = await start_traced(upstream)
         body = call_tool("create_issue", {"title": "a", "priority": 1}, traceparent=other)
         headers = {**MCP_HEADERS, "traceparent": AGENT_PARENT}

@@ -33,7 +33,10 @@ ServerFactory = Callable[..., Awaitable[TestServer]]
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 
 BAD_VERSIONS = {
-    "yaml syntax": ("rules:\n  - id: t.teapot\n    when: {status: [418\n", 4),
+    "yaml syntax": (
+        "rules:\n  - id: t.teapot\n    when: {status: [418\n",
+        3,
+    ),  # the unclosed bracket opens on line 3
     "schema": (
         "rules:\n  - id: t.teapot\n    when: {status: 418}\n"
         "    envelope: {code: not_snake, category: validation}\n",

@@ -21,8 +21,8 @@ from multidict import CIMultiDict
 from schemathesis.generation import GenerationMode
 from yarl import URL
 
-from proxy.envelope import Envelope
-from proxy.openapi.spec import Mount, Spec
+from proxy.policy.envelope import Envelope
+from proxy.policy.openapi.spec import Mount, Spec
 from tests.conftest import StartMend, StartUpstream
 from tests.published.documents import document, mend_run, prism
 
@@ -37,7 +37,7 @@ GITHUB_RSS_MIB = 320
 _MEASURE = """
 import json, resource, sys, time
 from pathlib import Path
-from proxy.openapi.spec import Spec
+from proxy.policy.openapi.spec import Spec
 started = time.perf_counter()
 spec = Spec.load(Path(sys.argv[1]))
 loaded = time.perf_counter() - started

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.rulefile import RuleError, load_rule_text, load_rules, parse_status
+from proxy.policy.rulefile import RuleError, load_rule_text, load_rules, parse_status
 
 GOOD = """\
 pack: demo

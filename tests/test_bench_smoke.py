@@ -142,7 +142,7 @@ def _missing_tools() -> list[str]:
 )
 def test_quick_run_measures_every_configuration_and_path(tmp_path: Path) -> None:
     configs = ["bare", "bare-uvloop", "nginx"]
-    if (REPO / "proxy" / "cli.py").exists():
+    if (REPO / "proxy" / "tools" / "cli.py").exists():
         configs.append("mend")
     out = tmp_path / "results.json"
     done = subprocess.run(

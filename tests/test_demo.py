@@ -750,7 +750,10 @@ def test_compose_config_is_valid() -> None:
 # -- end to end ---------------------------------------------------------------------------------
 
 needs_proxy = pytest.mark.skipif(
-    not ((REPO / "proxy" / "cli.py").exists() and (REPO / "proxy" / "app.py").exists()),
+    not (
+        (REPO / "proxy" / "tools" / "cli.py").exists()
+        and (REPO / "proxy" / "runtime" / "app.py").exists()
+    ),
     reason="the proxy core (proxy/tools/cli.py, proxy/runtime/app.py) has not landed",
 )
 RATE = re.compile(

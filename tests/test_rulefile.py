@@ -119,5 +119,5 @@ def test_parse_status(spec: int | str, expected: set[int]) -> None:
 def test_shipped_packs_load() -> None:
     """Every file in rules/ and the built-ins validate."""
     root = Path(__file__).resolve().parent.parent
-    loaded = load_rules([root / "rules", root / "proxy" / "fallbacks.yaml"])
+    loaded = load_rules([root / "rules", root / "proxy" / "policy" / "fallbacks.yaml"])
     assert any(r.spec.id == "fallback.5xx" for r in loaded)

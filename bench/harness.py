@@ -633,9 +633,9 @@ def mend_help(python: str) -> str:
 
 
 def require_mend(python: str) -> None:
-    if not (REPO / "proxy" / "cli.py").exists():
+    if not (REPO / "proxy" / "tools" / "cli.py").exists():
         raise BenchError(
-            "mend is not runnable yet: proxy/cli.py does not exist. "
+            "mend is not runnable yet: proxy/tools/cli.py does not exist. "
             "Benchmark the others with --only bare,nginx."
         )
     done = subprocess.run(

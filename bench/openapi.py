@@ -37,9 +37,9 @@ from bench import callgrind, upstream
 from bench.callgrind import _TOTAL
 from bench.procs import ProcessGroup, free_port, pinned, wait_ready
 from bench.wrk import parse_wrk
-from proxy.envelope import Category, Envelope, InvalidField
-from proxy.openapi.enrich import Request, enrich
-from proxy.openapi.spec import Mount, Spec
+from proxy.policy.envelope import Category, Envelope, InvalidField
+from proxy.policy.openapi.enrich import Request, enrich
+from proxy.policy.openapi.spec import Mount, Spec
 
 REPO = Path(__file__).resolve().parent.parent
 BODY = {

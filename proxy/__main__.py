@@ -1,5 +1,5 @@
 """``python -m proxy`` is the ``mend`` command."""
 
-from proxy.cli import main
+from proxy.tools.cli import main
 
 raise SystemExit(main())

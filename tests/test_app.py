@@ -14,10 +14,10 @@ import brotli
 import pytest
 from aiohttp import web
 
-import proxy.app
-import proxy.evaluate
-from proxy.protocols.base import ProtocolName
-from proxy.settings import Route
+import proxy.policy.evaluate
+import proxy.runtime.app
+from proxy.policy.protocols.base import ProtocolName
+from proxy.runtime.settings import Route
 from tests.conftest import StartMend, StartUpstream
 
 JAVA_TRACE = (
@@ -503,7 +503,7 @@ async def test_a_bug_in_mend_still_gives_an_envelope(
     start_upstream: StartUpstream, start_mend: StartMend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An exception inside mend becomes PROXY_INTERNAL_ERROR, never a bare aiohttp 500 page."""
-    real = proxy.evaluate.rewrite
+    real = proxy.policy.evaluate.rewrite
     calls: list[int] = []
 
     def broken_once(*args: Any, **kwargs: Any) -> Any:
@@ -515,7 +515,9 @@ async def test_a_bug_in_mend_still_gives_an_envelope(
     async def missing(_: web.Request) -> web.Response:
         return web.Response(status=404)
 
-    monkeypatch.setattr(proxy.evaluate, "rewrite", broken_once)  # where upstream errors are built
+    monkeypatch.setattr(
+        proxy.policy.evaluate, "rewrite", broken_once
+    )  # where upstream errors are built
     mend = await start_mend(await start_upstream({"/m": missing}))
     resp = await mend.client.get("/m")
     assert resp.status == 500

@@ -8,8 +8,8 @@ import zlib
 import brotli
 import pytest
 
-from proxy.body import parse
-from proxy.exchange import NOT_JSON
+from proxy.policy.exchange import NOT_JSON
+from proxy.policy.upstream_body import parse
 
 LIMIT = 64 << 10
 

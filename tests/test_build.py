@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from proxy.build import BuildOptions, upstream_message
-from proxy.evaluate import evaluate, recorded_exchange
-from proxy.redact import Redactor
-from proxy.rulefile import load_rule_text
-from proxy.ruleset import Rule, RuleSet
+from proxy.policy.build import BuildOptions, upstream_message
+from proxy.policy.evaluate import evaluate, recorded_exchange
+from proxy.policy.redaction import Redactor
+from proxy.policy.rulefile import load_rule_text
+from proxy.policy.ruleset import Rule, RuleSet
 
 RULES = """\
 rules:

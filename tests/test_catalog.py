@@ -15,13 +15,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
-from proxy.admin import create_admin_app
-from proxy.app import create_app
-from proxy.catalog import wants_html
-from proxy.codes import load_codes
-from proxy.engine import Engine, RuleStore
-from proxy.logs import make_logger
-from proxy.settings import Route, Settings
+from proxy.observation.logs import make_logger
+from proxy.policy.codes import load_codes
+from proxy.policy.engine import Engine, RuleStore
+from proxy.runtime.admin import create_admin_app
+from proxy.runtime.app import create_app
+from proxy.runtime.settings import Route, Settings
+from proxy.tools.catalog import wants_html
 from tests.conftest import MendTestServer, StartMend, StartUpstream
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
@@ -192,7 +192,7 @@ async def test_a_reload_builds_the_catalog_before_anyone_asks(
     def built_on_request(*_: Any, **__: Any) -> Any:
         raise AssertionError("catalog built on a request")
 
-    monkeypatch.setattr("proxy.catalog.entries", built_on_request)
+    monkeypatch.setattr("proxy.tools.catalog.entries", built_on_request)
     entry = await get_json(catalog, "/_mend/errors/TEAPOT")
     assert entry["rules"][0]["id"] == "orders.teapot"
 
@@ -230,7 +230,7 @@ async def test_a_catalog_that_fails_to_build_does_not_fail_the_reload(
     def broken(*_: Any, **__: Any) -> Any:
         raise RuntimeError("catalog bug")
 
-    monkeypatch.setattr("proxy.catalog.entries", broken)
+    monkeypatch.setattr("proxy.tools.catalog.entries", broken)
     engine = store.reload()
     assert store.engine is engine
     assert any(rule.id == "orders.teapot" for rule in engine.rules)
@@ -332,7 +332,8 @@ async def test_the_agent_port_shows_no_rule_source(catalog: TestClient[Any, Any]
 
 
 async def test_a_shared_code_is_described_as_itself(catalog: TestClient[Any, Any]) -> None:
-    """VALIDATION_FAILED, produced by ~50 rules, is described from proxy/codes.yaml (not by its
+    """VALIDATION_FAILED, produced by ~50 rules, is described from proxy/policy/codes.yaml (not by
+    its
     first rule, a GraphQL one), with its named example, then lists every rule producing it."""
     entry = await get_json(catalog, "/_mend/errors/VALIDATION_FAILED")
     doc = load_codes()["VALIDATION_FAILED"]
@@ -347,7 +348,7 @@ async def test_a_shared_code_is_described_as_itself(catalog: TestClient[Any, Any
 
 
 def test_every_shared_code_is_described() -> None:
-    """Each code that two or more shipped rules produce has an entry in proxy/codes.yaml, and
+    """Each code that two or more shipped rules produce has an entry in proxy/policy/codes.yaml, and
     every entry's example_rule produces its code."""
     engine = Engine.load(Settings(routes=(Route(name="default", upstream="http://127.0.0.1:9"),)))
     produced: dict[str, set[str]] = {}

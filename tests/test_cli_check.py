@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.cli import main
+from proxy.tools.cli import main
 
 FASTAPI_422 = {"detail": [{"loc": ["body", "qty"], "msg": "too small", "input": -1}]}
 SPRING_500 = {"timestamp": "t", "status": 500, "error": "Internal Server Error", "path": "/x"}

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from proxy.constraints import from_context, from_reason, normalise, suggest
+from proxy.policy.constraints import from_context, from_reason, normalise, suggest
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ import subprocess
 import sys
 import textwrap
 
-from proxy.crosscall.memory import MemoryStore
-from proxy.crosscall.store import Failure
+from proxy.policy.crosscall.memory import MemoryStore
+from proxy.policy.crosscall.store import Failure
 
 #: the stated bound: the default cap (100,000 entries) costs at most this much RSS
 BOUND_KIB = 96 << 10
@@ -18,8 +18,8 @@ FLAT_KIB = 8 << 10
 _PROBE = textwrap.dedent(
     """
     import asyncio, gc, json, time
-    from proxy.crosscall.memory import MemoryStore
-    from proxy.crosscall.store import Failure
+    from proxy.policy.crosscall.memory import MemoryStore
+    from proxy.policy.crosscall.store import Failure
 
     def rss_kib():
         with open("/proc/self/status") as status:

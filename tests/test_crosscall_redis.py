@@ -20,7 +20,7 @@ from tests.hostile.procs import mend_process
 from tests.redis_server import RedisServer, running_redis
 
 SECRET = "shared-session-secret-0123456789"
-#: what the failure script calls inside Redis (proxy/crosscall/redis_store.py)
+#: what the failure script calls inside Redis (proxy/policy/crosscall/redis_store.py)
 SCRIPT_CALLS = frozenset(
     {"hget", "hset", "hlen", "del", "pexpire", "zadd", "zremrangebyscore", "zcard"}
     | {"zremrangebyrank", "hgetall"}

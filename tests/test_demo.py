@@ -33,7 +33,7 @@ from demo.agent import (
     set_pointer,
 )
 from demo.legacy_api import CLIENT_ID, CLIENT_SECRET, NGINX_503, create_legacy_app
-from proxy.envelope import Action, Envelope, Severity, envelope_body
+from proxy.policy.envelope import Action, Envelope, Severity, envelope_body
 
 REPO = Path(__file__).resolve().parents[1]
 StartServer = Callable[..., Awaitable[TestServer]]
@@ -750,8 +750,11 @@ def test_compose_config_is_valid() -> None:
 # -- end to end ---------------------------------------------------------------------------------
 
 needs_proxy = pytest.mark.skipif(
-    not ((REPO / "proxy" / "cli.py").exists() and (REPO / "proxy" / "app.py").exists()),
-    reason="the proxy core (proxy/cli.py, proxy/app.py) has not landed",
+    not (
+        (REPO / "proxy" / "tools" / "cli.py").exists()
+        and (REPO / "proxy" / "runtime" / "app.py").exists()
+    ),
+    reason="the proxy core (proxy/tools/cli.py, proxy/runtime/app.py) has not landed",
 )
 RATE = re.compile(
     r"completion rate: raw (\d+)% \((\d+)/(\d+)\), through mend (\d+)% \((\d+)/(\d+)\)"

@@ -15,21 +15,21 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.engine import Engine, RuleStore
-from proxy.redaction import functions
-from proxy.redaction.detectors import (
+from proxy.policy.engine import Engine, RuleStore
+from proxy.policy.redaction import functions
+from proxy.policy.redaction.detectors import (
     ACTIONS,
     KINDS,
     LINE_START,
     LoadedDetector,
     load_detector_text,
 )
-from proxy.redaction.engine import Redactor
-from proxy.redaction.explain import acts_on, as_json, as_text, explain_text
-from proxy.redaction.sets import build_set, default_set, load_shipped
-from proxy.redaction.table import TABLE_END, TABLE_START, render_table
-from proxy.rulefile import RuleError
-from proxy.settings import Route, Settings
+from proxy.policy.redaction.engine import Redactor
+from proxy.policy.redaction.explain import acts_on, as_json, as_text, explain_text
+from proxy.policy.redaction.sets import build_set, default_set, load_shipped
+from proxy.policy.redaction.table import TABLE_END, TABLE_START, render_table
+from proxy.policy.rulefile import RuleError
+from proxy.runtime.settings import Route, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = load_shipped()
@@ -314,7 +314,7 @@ def test_a_shipped_file_that_breaks_fails_the_load(
     broken = tmp_path / "redaction"
     broken.mkdir()
     (broken / "10-x.yaml").write_text(_GOOD.replace("kind: secret", "kind: nope"), "utf-8")
-    monkeypatch.setattr("proxy.redaction.sets.shipped_directory", lambda: broken)
+    monkeypatch.setattr("proxy.policy.redaction.sets.shipped_directory", lambda: broken)
     with pytest.raises(RuleError) as info:
         Engine.load(_settings(tmp_path))
     assert any(f"{broken / '10-x.yaml'}:4: detectors.0.kind" in p for p in info.value.problems)
@@ -348,7 +348,7 @@ def test_an_explanation_names_the_detector_of_every_span() -> None:
 
 
 def test_design_md_shows_the_detector_set_generated_from_the_files() -> None:
-    """Regenerate with ``python -m proxy.redaction.table --write``."""
+    """Regenerate with ``python -m proxy.policy.redaction.table --write``."""
     design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
     start = design.index(TABLE_START) + len(TABLE_START)
     assert design[start : design.index(TABLE_END)].strip() == render_table(SHIPPED).strip()
@@ -365,7 +365,7 @@ def test_no_class_or_function_of_the_redaction_code_is_long() -> None:
     """The engine stays a small engine: every class and function under 150 lines."""
     import ast  # noqa: PLC0415
 
-    for path in sorted((ROOT / "proxy" / "redaction").glob("*.py")):
+    for path in sorted((ROOT / "proxy" / "policy" / "redaction").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ClassDef | ast.FunctionDef):
                 length = (node.end_lineno or node.lineno) - node.lineno + 1

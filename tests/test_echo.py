@@ -1,9 +1,9 @@
-"""The model's own argument values survive redaction (proxy/redaction/echo.py), secrets excepted."""
+"""The model's own argument values survive redaction (policy/redaction/echo.py), not secrets."""
 
 from __future__ import annotations
 
-from proxy.redaction import Redactor
-from proxy.redaction.echo import keeping, kept_values
+from proxy.policy.redaction import Redactor
+from proxy.policy.redaction.echo import keeping, kept_values
 
 
 def test_values_inside_values_come_back_exactly() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy.cli import main
+from proxy.tools.cli import main
 
 SPRING_500 = json.dumps(
     {

@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 from aiohttp.client_reqrep import ConnectionKey
 
-from proxy.failures import (
+from proxy.edge.failures import (
     ProxyFailure,
     RequestTooLarge,
     UpstreamProtocolError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from proxy.forward import end_to_end, upstream_request_headers
+from proxy.edge.forward import end_to_end, upstream_request_headers
 
 
 def proxy_of(*pairs: tuple[str, str]) -> CIMultiDictProxy[str]:

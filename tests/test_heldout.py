@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy import ruletest
-from proxy.evaluate import Evaluation
+from proxy.policy.evaluate import Evaluation
+from proxy.tools import ruletest
 
 HELDOUT = Path(__file__).resolve().parent / "corpus" / "heldout"
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from proxy.logs import LineWriter, UtcTimestamp, make_logger
+from proxy.observation.logs import LineWriter, UtcTimestamp, make_logger
 
 
 class CountingStream(io.StringIO):

@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 from multidict import CIMultiDict, MultiDict
 
-from proxy.envelope import Category, Envelope, InvalidField
-from proxy.openapi.document import Document
-from proxy.openapi.enrich import Request, enrich
-from proxy.openapi.spec import Mount, Spec
+from proxy.policy.envelope import Category, Envelope, InvalidField
+from proxy.policy.openapi.document import Document
+from proxy.policy.openapi.enrich import Request, enrich
+from proxy.policy.openapi.spec import Mount, Spec
 from tests.conftest import StartMend, StartUpstream
 
 DATA = Path(__file__).parent / "data" / "openapi"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from proxy.cli import main
+from proxy.tools.cli import main
 from tests.conftest import StartMend, StartUpstream
 
 DATA = Path(__file__).parent / "data" / "openapi"

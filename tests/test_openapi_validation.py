@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from multidict import CIMultiDict, MultiDict
 
-from proxy.openapi.spec import Mount, Spec
-from proxy.openapi.validate import Violation
+from proxy.policy.openapi.spec import Mount, Spec
+from proxy.policy.openapi.validate import Violation
 
 ROOT = Mount("/", False, "")
 

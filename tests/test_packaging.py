@@ -1,7 +1,7 @@
 """``pip install .`` is a complete mend: the packs, their tests and every data file in the wheel.
 
 In a checkout the packs are the top-level ``rules/``; pyproject.toml maps that directory into the
-wheel as ``proxy/rules/`` (package data), where ``proxy.settings`` finds it through
+wheel as ``proxy/rules/`` (package data), where ``proxy.runtime.settings`` finds it through
 ``importlib.resources``. The fast tests check the mapping, the lookup, and a real wheel's contents
 (built, as the Dockerfile's build stage builds it, from exactly the files that stage copies); the
 slow one installs that wheel in a fresh virtualenv and runs ``mend check``, ``mend test``,
@@ -33,9 +33,10 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 
-from proxy import ruletest, settings
-from proxy.engine import FALLBACKS, OWN_ERRORS
-from proxy.settings import PACKAGED_RULES
+from proxy.policy.engine import FALLBACKS, OWN_ERRORS
+from proxy.runtime import settings
+from proxy.runtime.settings import PACKAGED_RULES
+from proxy.tools import ruletest
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
@@ -299,7 +300,7 @@ def test_wheel_holds_the_packs_their_tests_and_every_data_file(wheel: tuple[Path
     assert expected <= names, sorted(expected - names)
     assert {f"proxy/rules/{p.name}" for p in PACKS} <= names
     assert {f"proxy/rules/tests/{p.name}" for p in CASES} <= names
-    assert {"proxy/fallbacks.yaml", "proxy/own_errors.yaml"} <= names
+    assert {"proxy/policy/fallbacks.yaml", "proxy/policy/own_errors.yaml"} <= names
     assert not [n for n in names if ".data/" in n]
     outside = {n.split("/")[0] for n in names} - {"proxy"}
     assert all(top.endswith(".dist-info") for top in outside), outside
@@ -352,7 +353,7 @@ def test_wheel_in_a_fresh_venv_outside_the_checkout(
 
     where = subprocess.run(
         [str(bin_dir / "python"), "-c",
-         "import proxy.settings as s; print(s.__file__); print(s.PACKAGED_RULES)"],
+         "import proxy.runtime.settings as s; print(s.__file__); print(s.PACKAGED_RULES)"],
         cwd=elsewhere, env=env, capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     site = env_dir.resolve()

@@ -1,6 +1,7 @@
 """The shipped rule packs: every case in rules/tests/*.yaml, and the recorded-response corpus.
 
-Each case is evaluated exactly as the proxy would (``proxy.evaluate``) against the engine built from
+Each case is evaluated exactly as the proxy would (``proxy.policy.evaluate``) against the engine
+built from
 all default packs plus the built-in fallbacks, on a route whose ``success_rules`` the case names.
 """
 
@@ -12,10 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy import ruletest
-from proxy.evaluate import Evaluation
-from proxy.rulefile import load_rules
-from proxy.settings import PACKAGED_RULES
+from proxy.policy.evaluate import Evaluation
+from proxy.policy.rulefile import load_rules
+from proxy.runtime.settings import PACKAGED_RULES
+from proxy.tools import ruletest
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = sorted((ROOT / "rules" / "tests").glob("*.yaml"))

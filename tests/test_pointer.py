@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.pointer import to_pointer
+from proxy.policy.pointer import to_pointer
 
 
 @pytest.mark.parametrize(

@@ -7,12 +7,12 @@ from typing import Any
 from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
-from proxy.exchange import NOT_JSON
-from proxy.protocols.base import Call, ProtocolName
-from proxy.protocols.detect import Detector, default_protocols
-from proxy.protocols.graphql import is_document
-from proxy.protocols.jsonrpc import NO_ID, parse_call
-from proxy.protocols.sse import Event, EventRewriter, parse_event
+from proxy.policy.exchange import NOT_JSON
+from proxy.policy.protocols.base import Call, ProtocolName
+from proxy.policy.protocols.detect import Detector, default_protocols
+from proxy.policy.protocols.graphql import is_document
+from proxy.policy.protocols.jsonrpc import NO_ID, parse_call
+from proxy.policy.protocols.sse import Event, EventRewriter, parse_event
 
 ERROR_EVENT = b'event: message\nid: 7\ndata: {"jsonrpc":"2.0","id":1,"error":{}}\n\n'
 PROGRESS = b'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress"}\n\n'

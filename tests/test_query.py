@@ -1,4 +1,4 @@
-"""proxy.query: compiled JMESPath must answer exactly as the jmespath library does."""
+"""proxy.policy.query: compiled JMESPath must answer exactly as the jmespath library does."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.query import compile_query, present_paths
+from proxy.policy.query import compile_query, present_paths
 
 RULES = Path(__file__).resolve().parent.parent / "rules"
 

@@ -20,9 +20,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy import regex
-from proxy.redaction import KINDS, NEUTRAL, Redactor, Scrubbed, is_internal_header
-from proxy.redaction import engine as redact_module
+from proxy.policy import regex
+from proxy.policy.redaction import KINDS, NEUTRAL, Redactor, Scrubbed, is_internal_header
+from proxy.policy.redaction import engine as redact_module
 
 CORPUS = Path(__file__).parent / "corpus" / "leaks"
 MANIFEST: dict[str, dict[str, Any]] = yaml.safe_load(

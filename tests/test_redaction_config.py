@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from proxy.engine import Engine
-from proxy.redaction.config import RedactionSettings
-from proxy.rulefile import RuleError
-from proxy.settings import Settings, load_settings
+from proxy.policy.engine import Engine
+from proxy.policy.redaction.config import RedactionSettings
+from proxy.policy.rulefile import RuleError
+from proxy.runtime.settings import Settings, load_settings
 from tests.conftest import StartMend, StartUpstream
 
 TOKEN = "acme_live_0123456789abcdef"
@@ -246,7 +246,7 @@ cases:
 
 
 def test_mend_test_cases_assert_what_is_masked_and_kept(tmp_path: Path) -> None:
-    from proxy import ruletest  # noqa: PLC0415
+    from proxy.tools import ruletest  # noqa: PLC0415
 
     cases = tmp_path / "redaction.yaml"
     cases.write_text(_CASES, encoding="utf-8")
@@ -271,7 +271,7 @@ def test_mend_test_cases_assert_what_is_masked_and_kept(tmp_path: Path) -> None:
     ],
 )
 def test_a_bad_redaction_case_is_refused(tmp_path: Path, case: str, problem: str) -> None:
-    from proxy import ruletest  # noqa: PLC0415
+    from proxy.tools import ruletest  # noqa: PLC0415
 
     cases = tmp_path / "bad.yaml"
     cases.write_text(f"cases:\n  - name: bad\n    {case}\n", encoding="utf-8")
@@ -282,7 +282,7 @@ def test_a_bad_redaction_case_is_refused(tmp_path: Path, case: str, problem: str
 def test_mend_explain_redact_names_each_detector(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from proxy import cli  # noqa: PLC0415
+    from proxy.tools import cli  # noqa: PLC0415
 
     body = tmp_path / "body.txt"
     body.write_text(f"Charge failed: key {TOKEN} refused by {HOST}\n", encoding="utf-8")
@@ -360,7 +360,7 @@ def test_additions_read_text_holding_a_lone_surrogate() -> None:
 
 
 def test_mend_explain_builds_the_envelope_with_the_routes_additions() -> None:
-    from proxy import explain as explaining  # noqa: PLC0415
+    from proxy.tools import explain as explaining  # noqa: PLC0415
 
     settings = Settings.model_validate(
         {"redaction": ADDITIONS, "routes": [{"name": "a", "upstream": "http://a"}]}

@@ -1,11 +1,11 @@
-"""Redirect headers naming the upstream are rewritten to name mend (``proxy/redirect.py``)."""
+"""Redirect headers naming the upstream are rewritten to name mend (``proxy/edge/redirect.py``)."""
 
 from __future__ import annotations
 
 import pytest
 from aiohttp import web
 
-from proxy.redirect import UpstreamOrigin, rewrite
+from proxy.edge.redirect import UpstreamOrigin, rewrite
 from tests.conftest import StartMend, StartUpstream
 
 UP = UpstreamOrigin.of("http://Upstream.internal:8000/api")

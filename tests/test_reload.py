@@ -20,12 +20,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
-from proxy.admin import create_admin_app
-from proxy.app import create_app
-from proxy.engine import RuleStore
-from proxy.logs import make_logger
-from proxy.settings import Route, Settings
-from proxy.watch import RuleWatcher
+from proxy.observation.logs import make_logger
+from proxy.policy.engine import RuleStore
+from proxy.runtime.admin import create_admin_app
+from proxy.runtime.app import create_app
+from proxy.runtime.settings import Route, Settings
+from proxy.runtime.watch import RuleWatcher
 from tests.conftest import MendTestServer
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.envelope import Action, Category, Envelope, InvalidField, Severity, envelope_body
-from proxy.render import (
+from proxy.policy.envelope import Action, Category, Envelope, InvalidField, Severity, envelope_body
+from proxy.policy.render import (
     CONTENT_TYPES,
     Negotiator,
     Rendering,
@@ -721,7 +721,7 @@ def test_any_text_keeps_every_rendering_parseable(base: Envelope, message: str, 
 
 def test_cross_call_fields_follow_in_contract_order_when_known() -> None:
     """``repeat`` and ``session_patterns`` close the document once a session repeats itself."""
-    from proxy.envelope import RepeatInfo, SessionPattern  # noqa: PLC0415
+    from proxy.policy.envelope import RepeatInfo, SessionPattern  # noqa: PLC0415
 
     envelope = next(iter(ENVELOPES.values())).model_copy(
         update={

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from proxy.request_id import request_id
+from proxy.observation.request_id import request_id
 
 NEW = re.compile(r"^req_[0-9a-f]{16}$")
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from proxy.retry import MIN_STATED_S, clamp, reset_kind, reset_seconds, retry_after_ms
+from proxy.policy.retry import MIN_STATED_S, clamp, reset_kind, reset_seconds, retry_after_ms
 
 NOW = 1_700_000_000.0
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.rulefile import RuleError, load_rule_text, load_rules, parse_status
+from proxy.policy.rulefile import RuleError, load_rule_text, load_rules, parse_status
 
 GOOD = """\
 pack: demo
@@ -119,5 +119,5 @@ def test_parse_status(spec: int | str, expected: set[int]) -> None:
 def test_shipped_packs_load() -> None:
     """Every file in rules/ and the built-ins validate."""
     root = Path(__file__).resolve().parent.parent
-    loaded = load_rules([root / "rules", root / "proxy" / "fallbacks.yaml"])
+    loaded = load_rules([root / "rules", root / "proxy" / "policy" / "fallbacks.yaml"])
     assert any(r.spec.id == "fallback.5xx" for r in loaded)

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy import ruletest
-from proxy.evaluate import recorded_exchange
-from proxy.exchange import Exchange
-from proxy.matchers import Found, Predicate, required_keys
-from proxy.rulefile import When, load_rule_text
-from proxy.ruleset import Rule, RuleSet
+from proxy.policy.evaluate import recorded_exchange
+from proxy.policy.exchange import Exchange
+from proxy.policy.matchers import Found, Predicate, required_keys
+from proxy.policy.rulefile import When, load_rule_text
+from proxy.policy.ruleset import Rule, RuleSet
+from proxy.tools import ruletest
 
 RULES = """\
 rules:
@@ -214,7 +214,7 @@ def test_one_rule_set_tells_shapes_apart() -> None:
 
 def test_the_memory_of_shapes_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every body hitting another regex is another shape: the memory starts over, answers hold."""
-    monkeypatch.setattr("proxy.ruleset._SHAPES_MAX", 4)
+    monkeypatch.setattr("proxy.policy.ruleset._SHAPES_MAX", 4)
     rules = _body_rules_and_t(100)
     for n in range(20):
         assert winner(rules, 500, f"boom Marker{n:04d}Exception") == f"many.r{n}"

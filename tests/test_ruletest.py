@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from proxy.cli import main
-from proxy.ruletest import differences, load_cases, run_tests
+from proxy.tools.cli import main
+from proxy.tools.ruletest import differences, load_cases, run_tests
 
 FASTAPI_422 = """
   - name: fastapi 422 lists every field

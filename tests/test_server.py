@@ -15,10 +15,10 @@ from typing import Any, cast
 
 import pytest
 
-import proxy.server
-from proxy.engine import RuleStore
-from proxy.logs import make_logger
-from proxy.server import SighupReloader, settle_after_reloads, settle_heap
+import proxy.runtime.server
+from proxy.observation.logs import make_logger
+from proxy.policy.engine import RuleStore
+from proxy.runtime.server import SighupReloader, settle_after_reloads, settle_heap
 
 
 class Node:
@@ -83,7 +83,7 @@ async def test_a_burst_of_sighups_makes_one_more_reload_not_five(
         threads.append(threading.get_ident())
         time.sleep(0.2)
 
-    monkeypatch.setattr(proxy.server, "reload_rules", slow_reload)
+    monkeypatch.setattr(proxy.runtime.server, "reload_rules", slow_reload)
     reloader = SighupReloader(NO_STORE, make_logger(io.StringIO()))
     for _ in range(5):
         reloader()
@@ -98,7 +98,7 @@ async def test_a_reload_that_crashes_is_logged(monkeypatch: pytest.MonkeyPatch) 
     def crash(*_: Any) -> None:
         raise OSError("disk gone")
 
-    monkeypatch.setattr(proxy.server, "reload_rules", crash)
+    monkeypatch.setattr(proxy.runtime.server, "reload_rules", crash)
     out = io.StringIO()
     reloader = SighupReloader(NO_STORE, make_logger(out))
     reloader()
@@ -114,7 +114,7 @@ async def test_the_heap_is_settled_on_the_loop_whichever_thread_reloaded(
     """A reload in a thread asks the loop to collect: finalizers run where they belong."""
     settled_on: list[int] = []
     monkeypatch.setattr(
-        proxy.server, "settle_heap", lambda: settled_on.append(threading.get_ident())
+        proxy.runtime.server, "settle_heap", lambda: settled_on.append(threading.get_ident())
     )
     listener = settle_after_reloads(asyncio.get_running_loop())
     await asyncio.to_thread(listener, True, 10)

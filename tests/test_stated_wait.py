@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from proxy.evaluate import recorded_exchange
-from proxy.stated_wait import stated_wait_ms
+from proxy.policy.evaluate import recorded_exchange
+from proxy.policy.stated_wait import stated_wait_ms
 
 NOW = 1_700_000_000.0
 

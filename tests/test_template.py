@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from proxy.template import Template, TemplateError, compile_value, render_value
+from proxy.policy.template import Template, TemplateError, compile_value, render_value
 
 VARS: dict[str, Any] = {
     "qty": -1,

@@ -30,12 +30,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
-from proxy import tracing
-from proxy.admin import create_admin_app
-from proxy.app import create_app
-from proxy.logs import make_logger
-from proxy.settings import Route, Settings
-from proxy.tracing import TracingSettings
+from proxy.observation import tracing
+from proxy.observation.logs import make_logger
+from proxy.observation.tracing import TracingSettings
+from proxy.runtime.admin import create_admin_app
+from proxy.runtime.app import create_app
+from proxy.runtime.settings import Route, Settings
 from tests.conftest import Mend, MendTestServer, StartUpstream
 from tests.otlp_receiver import CLIENT, ERROR, SERVER, UNSET, Received, Receiver, app
 from tests.test_app import free_port
@@ -211,7 +211,7 @@ async def test_a_long_path_is_cut_in_the_span(
     start_upstream: StartUpstream, start_traced: StartTraced
 ) -> None:
     """A 6,000-character path: url.path is cut to ATTRIBUTE_LENGTH characters."""
-    from proxy.traces import ATTRIBUTE_LENGTH  # noqa: PLC0415 - the SDK module, as mend loads it
+    from proxy.observation.traces import ATTRIBUTE_LENGTH  # noqa: PLC0415 - the SDK module, as mend loads it
 
     traced = await start_traced(await start_upstream({"/{tail:.*}": ok}))
     path = "/" + "a" * 6_000
@@ -719,7 +719,7 @@ async def test_mend_run_without_tracing_never_imports_the_sdk(
         assert proc.stderr is not None
         async with asyncio.timeout(30):
             imported = (await proc.stderr.read()).decode()
-    assert "proxy.app" in imported  # the import log is there
+    assert "proxy.runtime.app" in imported  # the import log is there
     assert "opentelemetry" not in imported
 
 

@@ -1,5 +1,5 @@
 """WebSocket through mend (issue 14): the upgrade reaches the upstream, its 101 reaches the agent,
-and from there bytes pass both ways as the two ends speak them (proxy/tunnel.py).
+and from there bytes pass both ways as the two ends speak them (proxy/edge/tunnel.py).
 
 Real parts only: aiohttp WebSocket servers and hand-written ones on raw asyncio upstream, the
 ``websockets`` library, aiohttp's client and raw sockets as agents; many behaviours are run
@@ -27,9 +27,9 @@ from aiohttp.test_utils import TestServer
 from multidict import CIMultiDict, CIMultiDictProxy
 from websockets.asyncio.client import connect
 
-from proxy.app import MendServer
-from proxy.forward import upstream_request_headers, wants_upgrade
-from proxy.tunnel import HIGH_WATER, Tunnel
+from proxy.edge.forward import upstream_request_headers, wants_upgrade
+from proxy.edge.tunnel import HIGH_WATER, Tunnel
+from proxy.runtime.app import MendServer
 from tests.conftest import Mend, StartMend, StartUpstream
 from tests.hostile.procs import mend_process
 

@@ -6,15 +6,15 @@ import logging
 import tracemalloc
 from collections.abc import Callable
 
-from proxy.logs import RepeatCounter, repeat_key
-from proxy.metrics import RepeatTracker
+from proxy.observation.logs import RepeatCounter, repeat_key
+from proxy.observation.metrics import RepeatTracker
 
 MB = 1 << 20
 PATH_BYTES = 8 << 10
 
 
 def fingerprint(n: int) -> str:
-    """What proxy/app.py builds for a request whose path and query are 8 KB."""
+    """What proxy/runtime/app.py builds for a request whose path and query are 8 KB."""
     return f"203.0.113.7|POST|/orders/{n:06d}?q={'x' * PATH_BYTES}|512"
 
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from proxy.body import parse
-from proxy.exchange import NOT_JSON
-from proxy.nesting import MAX_JSON_DEPTH, exceeds_depth, loads
+from proxy.policy.exchange import NOT_JSON
+from proxy.policy.nesting import MAX_JSON_DEPTH, exceeds_depth, loads
+from proxy.policy.upstream_body import parse
 from tests.conftest import StartMend, StartUpstream
 
 DEPTHS = (400, 1_000, 100_000)

@@ -25,15 +25,15 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
 
-from proxy.admin import create_admin_app
-from proxy.app import create_app
-from proxy.engine import RuleStore
-from proxy.logs import make_logger
-from proxy.query import compile_query
-from proxy.rulefile import RuleError, load_rules
-from proxy.server import SighupReloader
-from proxy.settings import Route, Settings, load_settings
-from proxy.watch import RuleWatcher
+from proxy.observation.logs import make_logger
+from proxy.policy.engine import RuleStore
+from proxy.policy.query import compile_query
+from proxy.policy.rulefile import RuleError, load_rules
+from proxy.runtime.admin import create_admin_app
+from proxy.runtime.app import create_app
+from proxy.runtime.server import SighupReloader
+from proxy.runtime.settings import Route, Settings, load_settings
+from proxy.runtime.watch import RuleWatcher
 from tests.conftest import MendTestServer, StartUpstream
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,13 +19,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy import build, constraints, matchers, template
-from proxy.evaluate import recorded_exchange
-from proxy.exchange import Exchange
-from proxy.redact import Redactor
-from proxy.redaction.lines import DANGLING
-from proxy.regex import GatedPattern, Linear, linear
-from proxy.rulefile import When
+from proxy.policy import build, constraints, matchers, template
+from proxy.policy.evaluate import recorded_exchange
+from proxy.policy.exchange import Exchange
+from proxy.policy.redaction import Redactor
+from proxy.policy.redaction.lines import DANGLING
+from proxy.policy.regex import GatedPattern, Linear, linear
+from proxy.policy.rulefile import When
 
 #: Generous: each input below takes milliseconds now and took seconds before.
 BUDGET_S = 0.5

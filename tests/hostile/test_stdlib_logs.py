@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from proxy.logs import StdlibHandler, exception_line, make_logger, route_stdlib_logging
+from proxy.observation.logs import StdlibHandler, exception_line, make_logger, route_stdlib_logging
 
 ROUTED = ("", "aiohttp", "asyncio")
 

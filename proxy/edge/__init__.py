@@ -1,0 +1,1 @@
+"""The edge: agent connections, upstream requests, relaying, tunnels, TLS, limits (aiohttp)."""

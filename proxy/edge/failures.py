@@ -1,0 +1,246 @@
+"""mend's own failures, and the one place aiohttp client errors are translated into them.
+
+Like httpx's ``map_httpcore_exceptions``: the forwarder wraps the upstream call in
+``upstream_errors()``, and everything above it deals in ``ProxyFailure`` only.
+"""
+
+from __future__ import annotations
+
+import ssl
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+
+from proxy.policy.envelope import Applied
+
+
+class ProxyFailure(Exception):
+    """A request mend could not complete; ``rule`` names its envelope in own_errors.yaml."""
+
+    rule = "proxy.upstream_protocol_error"
+    reason = "protocol_error"  # label of mend_upstream_failures_total
+    status = 502
+    upstream = True  # the upstream failed us, as opposed to a request mend refuses itself
+    #: whether the request may have taken effect upstream (CONTRACT §1): "unknown" once it was
+    #: sent (a timeout, a reset, garbage back), "no" when mend never sent it (refused, connect
+    #: or TLS failure, a request mend refuses itself); ``None``: the upstream answered
+    applied: Applied | None = "unknown"
+
+    def __init__(self, detail: str, **context: Any) -> None:
+        super().__init__(detail)
+        self.context = context
+
+
+class UpstreamUnreachable(ProxyFailure):
+    rule, reason, status = "proxy.upstream_unreachable", "unreachable", 502
+    applied = "no"  # no connection: nothing was sent
+
+
+class UpstreamTimeout(ProxyFailure):
+    rule, reason, status = "proxy.upstream_timeout", "timeout", 504
+
+
+class CircuitOpen(ProxyFailure):
+    """The route's circuit is open (``proxy/policy/crosscall/circuit.py``): answered at once, the
+    upstream untouched; ``wait_ms`` is the time left."""
+
+    rule, reason, status = "proxy.upstream_unavailable", "circuit_open", 503
+    upstream = False
+    applied = "no"
+
+
+class UpstreamProtocolError(ProxyFailure):
+    rule, reason, status = "proxy.upstream_protocol_error", "protocol_error", 502
+
+
+class UpstreamTLSError(ProxyFailure):
+    """No trusted TLS connection to the upstream: a certificate mend rejects, or a handshake the
+    upstream refuses. Not transient: the same request fails the same way until someone fixes a
+    certificate or the configuration. The detail (the reason, for the operator's log) comes from
+    ``tls_failure``; the certificate itself never reaches the agent."""
+
+    rule, reason, status = "proxy.upstream_tls_error", "tls_error", 502
+    applied = "no"  # no trusted connection: the upstream never read the request
+
+
+class UpstreamResponseTooLarge(ProxyFailure):
+    rule, reason, status = "proxy.upstream_response_too_large", "too_large", 502
+    applied = None  # the upstream answered (too much)
+
+
+class RequestTooLarge(ProxyFailure):
+    rule, reason, status = "proxy.request_too_large", "request_too_large", 413
+    upstream = False
+    applied = "no"  # refused before it was sent (see ``upstream_errors`` for a body cut)
+
+
+class ForwardProxyRefused(ProxyFailure):
+    rule, reason, status = "proxy.forward_proxy_refused", "refused", 400
+    upstream = False
+    applied = "no"
+
+
+class TargetRefused(ProxyFailure):
+    """A request target whose dot segments could leave the route's base path."""
+
+    rule, reason, status = "proxy.invalid_request_target", "bad_target", 400
+    upstream = False
+    applied = "no"
+
+
+class RequestTimeout(ProxyFailure):
+    """The agent paused longer than the body timeout while sending its request body."""
+
+    rule, reason, status = "proxy.request_timeout", "request_timeout", 408
+    upstream = False
+    applied = "no"  # refused before it was sent (see ``upstream_errors`` for a body cut)
+
+
+class TooManyConnections(ProxyFailure):
+    rule, reason, status = "proxy.too_many_connections", "too_many_connections", 503
+    upstream = False
+    applied = "no"
+
+
+class MalformedRequest(ProxyFailure):
+    """A request aiohttp's parser refused; ``status`` is 400, 414 or 431."""
+
+    rule, reason, status = "proxy.malformed_request", "malformed_request", 400
+    upstream = False
+    applied = "no"
+
+
+class UriTooLong(MalformedRequest):
+    rule, reason, status = "proxy.uri_too_long", "uri_too_long", 414
+
+
+class HeadersTooLarge(MalformedRequest):
+    rule, reason, status = "proxy.headers_too_large", "headers_too_large", 431
+
+
+class RouteNotFound(ProxyFailure):
+    rule, reason, status = "proxy.route_not_found", "no_route", 404
+    upstream = False
+    applied = "no"
+
+
+class ProxyBug(ProxyFailure):
+    """mend itself failed; the agent still gets an envelope, the operator a traceback."""
+
+    rule, reason, status = "proxy.internal_error", "mend_bug", 500
+    upstream = False
+    applied = None  # mend cannot say where it failed
+
+
+#: OpenSSL's verify codes (``X509_V_ERR_*``) by the kind of problem an operator looks for.
+_VERIFY_KINDS = {
+    2: "unknown CA",  # unable to get issuer certificate
+    9: "not yet valid",
+    10: "expired",
+    18: "unknown CA",  # self-signed certificate
+    19: "unknown CA",  # self-signed certificate in certificate chain
+    20: "unknown CA",  # unable to get local issuer certificate
+    21: "unknown CA",  # unable to verify the first certificate
+    23: "revoked",
+    62: "name mismatch",  # hostname mismatch
+    64: "name mismatch",  # IP address mismatch
+}
+
+#: OpenSSL's reasons for a refused handshake, as an operator would say them.
+_HANDSHAKE_REASONS = {
+    "TLSV13_ALERT_CERTIFICATE_REQUIRED": "client certificate required by the upstream",
+    "SSLV3_ALERT_BAD_CERTIFICATE": "client certificate rejected by the upstream",
+    "SSLV3_ALERT_CERTIFICATE_EXPIRED": "client certificate expired, says the upstream",
+    "SSLV3_ALERT_CERTIFICATE_UNKNOWN": "client certificate rejected by the upstream",
+    "TLSV1_ALERT_UNKNOWN_CA": "client certificate's CA unknown to the upstream",
+    "SSLV3_ALERT_HANDSHAKE_FAILURE": "handshake refused by the upstream (no common cipher, "
+    "or a client certificate it requires)",
+    "TLSV1_ALERT_PROTOCOL_VERSION": "no TLS version in common with the upstream",
+    "UNSUPPORTED_PROTOCOL": "no TLS version in common with the upstream",
+    "WRONG_VERSION_NUMBER": "the upstream does not speak TLS on this port (http:// upstream?)",
+    "TLSV1_UNRECOGNIZED_NAME": "server name unknown to the upstream",
+}
+
+
+def tls_failure(error: ssl.SSLError) -> UpstreamTLSError:
+    """The failure for a TLS error, its detail the reason in an operator's words (expired,
+    unknown CA, name mismatch, client certificate required...) and OpenSSL's own."""
+    if isinstance(error, ssl.SSLCertVerificationError):
+        kind = _VERIFY_KINDS.get(error.verify_code, "rejected")
+        return UpstreamTLSError(f"upstream certificate {kind}: {error.verify_message or error}")
+    reason = getattr(error, "reason", None)  # set by OpenSSL's errors only
+    said = _HANDSHAKE_REASONS.get(reason or "")
+    if said is not None:
+        return UpstreamTLSError(f"TLS handshake failed: {said} ({reason})")
+    return UpstreamTLSError(f"TLS failed: {reason or error}")
+
+
+def _tls_error(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind what aiohttp raised, if one is: its connector wraps handshake and
+    certificate errors (``ClientConnectorCertificateError``, ``ClientSSLError``); an alert the
+    upstream sends after the handshake (TLS 1.3: a client certificate it requires) arrives as a
+    ``ClientOSError`` caused by an ``ssl.SSLError``.
+
+    A TLS connection the upstream just closes (``SSLEOFError``, ``SSLZeroReturnError``) is not
+    one: like a TCP reset, it may be a restart, and stays unreachable or a protocol error.
+    """
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        candidates: tuple[object, ...] = (exc.certificate_error,)
+    elif isinstance(exc, aiohttp.ClientError):  # ClientConnectorSSLError is an SSLError itself
+        candidates = (getattr(exc, "os_error", None), exc.__cause__)
+    else:
+        candidates = (exc,)
+    for error in candidates:
+        if isinstance(error, ssl.SSLError) and not isinstance(
+            error, ssl.SSLEOFError | ssl.SSLZeroReturnError
+        ):
+            return error
+    return None
+
+
+def _own_cause(exc: BaseException) -> ProxyFailure | None:
+    cause = exc.__cause__
+    for _ in range(3):
+        if cause is None or isinstance(cause, ProxyFailure):
+            return cause
+        cause = cause.__cause__
+    return None
+
+
+class upstream_errors:  # lower case: used as ``with upstream_errors():``, like a function
+    """Translate what aiohttp raises while talking to the upstream (subclasses first).
+
+    A class, not ``@contextmanager``: it wraps every upstream call, and a generator-based
+    context manager costs several times more to enter and leave.
+    """
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, _: TracebackType | None
+    ) -> None:
+        if exc is None or isinstance(exc, ProxyFailure):
+            return
+        if (own := _own_cause(exc)) is not None:
+            # mend failed inside aiohttp (the request body's reader: too large, too slow; the
+            # response head's guard), which wrapped what it caught: the request was on its way
+            if own.applied == "no":
+                own.applied = "unknown"
+            raise own from exc
+        if isinstance(exc, TimeoutError):  # aiohttp's connect and read timeouts included
+            timeout = UpstreamTimeout(type(exc).__name__)
+            if isinstance(exc, aiohttp.ConnectionTimeoutError):
+                timeout.applied = "no"  # no connection in time: nothing was sent
+            raise timeout from exc
+        if isinstance(exc, OSError) and (tls := _tls_error(exc)) is not None:
+            # before the generic connector error: a certificate is not a host that is down
+            raise tls_failure(tls) from exc
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            raise UpstreamUnreachable(str(exc.os_error) or type(exc).__name__) from exc
+        if isinstance(exc, (aiohttp.ClientError, OSError, ValueError)):
+            # ServerDisconnectedError, ClientPayloadError, a malformed status line or header...
+            raise UpstreamProtocolError(type(exc).__name__) from exc

@@ -1,0 +1,20 @@
+"""The failure of a request that its documented operation refuses (``validate_requests``)."""
+
+from __future__ import annotations
+
+from proxy.edge.failures import ProxyFailure
+from proxy.policy.openapi.validate import Violation
+
+
+class RequestInvalid(ProxyFailure):
+    """Refused before the upstream: ``violations`` become the envelope's invalid fields."""
+
+    rule, reason, status = "proxy.request_invalid", "request_invalid", 400
+    upstream = False
+    applied = "no"  # never sent (CONTRACT §1)
+    #: the requests counter's outcome (``mend_requests_total{outcome="rejected"}``)
+    outcome = "rejected"
+
+    def __init__(self, violations: list[Violation]) -> None:
+        super().__init__(f"{len(violations)} violations of the documented operation")
+        self.violations = violations

@@ -1,0 +1,1 @@
+"""Observation: metrics, logs, request ids and traces."""

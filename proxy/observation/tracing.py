@@ -1,0 +1,191 @@
+"""Tracing configuration: the ``tracing:`` block and the standard ``OTEL_*`` variables, resolved.
+
+mend exports OpenTelemetry traces over OTLP/HTTP (protobuf) when an endpoint is configured, by
+the block or by ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``. The
+block's values win; the variables fill what it leaves out, as an SDK's explicit configuration
+wins over its environment. Nothing configured: no tracer, and the SDK is never imported
+(``proxy/observation/traces.py`` is, lazily, by ``start``). The span-making side is
+``proxy/observation/traces.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from yarl import URL
+
+if TYPE_CHECKING:
+    from proxy.observation.traces import Tracer
+
+Sampler = Literal[
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+]
+SAMPLERS: tuple[str, ...] = Sampler.__args__  # type: ignore[attr-defined]
+#: The one OTLP transport mend speaks (the SDK's ``opentelemetry-exporter-otlp-proto-http``).
+PROTOCOL = "http/protobuf"
+#: The collector's default OTLP/HTTP traces URL, for ``enabled: true`` with no endpoint.
+DEFAULT_ENDPOINT = "http://localhost:4318/v1/traces"
+#: The extra that brings the SDK and the exporter (``pip install 'mend[tracing]'``).
+EXTRA_HINT = "pip install 'mend[tracing]'"
+
+
+class TracingError(ValueError):
+    """Tracing is configured in a way mend cannot honour; the message names the setting."""
+
+
+class TracingSettings(BaseModel):
+    """The ``tracing:`` block (README "Traces"); every key also has an ``OTEL_*`` variable."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: ``false`` turns tracing off whatever the variables say; ``true`` turns it on (the
+    #: collector's default endpoint when none is given); unset: on when an endpoint is set
+    enabled: bool | None = None
+    #: the collector's base URL, ``/v1/traces`` appended (``OTEL_EXPORTER_OTLP_ENDPOINT``)
+    endpoint: str | None = None
+    #: the full traces URL (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``); wins over ``endpoint``
+    traces_endpoint: str | None = None
+    protocol: Literal["http/protobuf"] | None = None
+    #: ``service.name`` (``OTEL_SERVICE_NAME``); default ``mend``
+    service_name: str | None = Field(None, min_length=1, max_length=256)
+    sampler: Sampler | None = None
+    sampler_arg: float | None = Field(None, ge=0.0, le=1.0)
+    #: extra resource attributes (``OTEL_RESOURCE_ATTRIBUTES``)
+    resource_attributes: dict[str, str] = Field(default_factory=dict, max_length=64)
+    #: headers on every export request, e.g. a vendor's API key (``OTEL_EXPORTER_OTLP_HEADERS``)
+    headers: dict[str, str] = Field(default_factory=dict, max_length=32)
+
+    @field_validator("endpoint", "traces_endpoint")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            _check_url(value, "endpoint")
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class TraceConfig:
+    """What the tracer is made with: the block and the variables, resolved and checked."""
+
+    endpoint: str
+    service_name: str | None  # None: OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES, else mend
+    sampler: str
+    sampler_arg: float | None
+    resource_attributes: Mapping[str, str]
+    headers: Mapping[str, str] | None  # None: the exporter reads OTEL_EXPORTER_OTLP_HEADERS
+    #: which setting turned tracing on, for messages (``OTEL_EXPORTER_OTLP_ENDPOINT``)
+    source: str
+
+
+def _check_url(value: str, name: str) -> None:
+    url = URL(value)
+    if url.scheme not in ("http", "https") or not url.host:
+        raise TracingError(f"{name} {value!r} is not an http:// or https:// URL")
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() == "true"
+
+
+def _endpoint(block: TracingSettings, env: Mapping[str, str]) -> tuple[str | None, str]:
+    """The traces URL and the setting it came from; ``None`` when none is set."""
+    if block.traces_endpoint:
+        return block.traces_endpoint, "tracing.traces_endpoint"
+    if block.endpoint:
+        return block.endpoint.rstrip("/") + "/v1/traces", "tracing.endpoint"
+    if value := env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip():
+        _check_url(value, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        return value, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    if value := env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip():
+        _check_url(value, "OTEL_EXPORTER_OTLP_ENDPOINT")
+        return value.rstrip("/") + "/v1/traces", "OTEL_EXPORTER_OTLP_ENDPOINT"
+    return None, ""
+
+
+def _sampler(block: TracingSettings, env: Mapping[str, str]) -> tuple[str, float | None]:
+    name = block.sampler or env.get("OTEL_TRACES_SAMPLER", "").strip().lower()
+    name = name or "parentbased_always_on"
+    if name not in SAMPLERS:
+        raise TracingError(f"OTEL_TRACES_SAMPLER={name!r} is not one of {', '.join(SAMPLERS)}")
+    arg = block.sampler_arg
+    raw = env.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
+    if arg is None and raw and name.endswith("traceidratio"):
+        try:
+            arg = float(raw)
+        except ValueError:
+            raise TracingError(f"OTEL_TRACES_SAMPLER_ARG={raw!r} is not a number") from None
+        if not 0.0 <= arg <= 1.0:
+            raise TracingError(f"OTEL_TRACES_SAMPLER_ARG={raw!r} is not between 0 and 1")
+    return name, arg
+
+
+def resolve(block: TracingSettings, env: Mapping[str, str]) -> TraceConfig | None:
+    """The tracer's configuration, or ``None`` when tracing is off. ``TracingError`` names a
+    setting mend cannot honour (a protocol other than ``http/protobuf``, a bad sampler)."""
+    if block.enabled is False or _truthy(env.get("OTEL_SDK_DISABLED")):
+        return None
+    exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporter == "none" and block.enabled is None:
+        return None
+    endpoint, source = _endpoint(block, env)
+    if endpoint is None:
+        if not block.enabled:
+            return None
+        endpoint, source = DEFAULT_ENDPOINT, "tracing.enabled"
+    if exporter not in ("", "otlp", "none"):
+        raise TracingError(f"OTEL_TRACES_EXPORTER={exporter!r}: mend exports otlp only")
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        protocol = env.get(name, "").strip()
+        if block.protocol is None and protocol:
+            if protocol != PROTOCOL:
+                raise TracingError(f"{name}={protocol!r}: mend exports {PROTOCOL} only")
+            break
+    sampler, arg = _sampler(block, env)
+    return TraceConfig(
+        endpoint=endpoint,
+        service_name=block.service_name,
+        sampler=sampler,
+        sampler_arg=arg,
+        resource_attributes=dict(block.resource_attributes),
+        headers=dict(block.headers) if block.headers else None,
+        source=source,
+    )
+
+
+def available() -> bool:
+    """Whether the SDK and the OTLP/HTTP exporter are installed (the ``tracing`` extra)."""
+    names = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
+    try:
+        return all(importlib.util.find_spec(name) is not None for name in names)
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+def check(block: TracingSettings, env: Mapping[str, str]) -> TraceConfig | None:
+    """``resolve``, and ``TracingError`` when tracing is on but the extra is not installed."""
+    config = resolve(block, env)
+    if config is not None and not available():
+        raise TracingError(
+            f"tracing is configured ({config.source}) but the OpenTelemetry SDK is not "
+            f"installed: {EXTRA_HINT}"
+        )
+    return config
+
+
+def start(config: TraceConfig | None) -> Tracer | None:
+    """The process's tracer (``None``: tracing off). Imports the SDK only here, in the process
+    that serves: each worker makes its own after it is spawned."""
+    if config is None:
+        return None
+    from proxy.observation.traces import Tracer  # noqa: PLC0415 - the SDK is imported only when tracing is on
+
+    return Tracer.make(config)

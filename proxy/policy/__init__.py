@@ -1,0 +1,1 @@
+"""The policy: rules, matching, envelope, rendering, protocols, redaction (never aiohttp)."""

@@ -1,0 +1,149 @@
+"""The canonical agent envelope (CONTRACT §1).
+
+The envelope is the one thing every agent receives, whatever the upstream said. It is a frozen
+pydantic model so that its invariants (``retryable`` exactly when ``action == "retry"``,
+``retry_after_ms`` set whenever retryable) are checked in one place, once.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+
+class Category(StrEnum):
+    VALIDATION = "validation"
+    AUTH = "auth"
+    PERMISSION = "permission"
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"
+    PRECONDITION = "precondition"
+    RATE_LIMIT = "rate_limit"
+    UNAVAILABLE = "unavailable"
+    TIMEOUT = "timeout"
+    INTERNAL = "internal"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    UNSUPPORTED_MEDIA = "unsupported_media"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    DEPENDENCY = "dependency"
+
+
+class Severity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+    FATAL = "fatal"
+
+
+class Action(StrEnum):
+    RETRY = "retry"
+    FIX_REQUEST = "fix_request"
+    CALL_OTHER_OPERATION = "call_other_operation"
+    REAUTHENTICATE = "reauthenticate"
+    ESCALATE = "escalate"
+    REPORT_BUG = "report_bug"
+
+
+#: Whether a request may have taken effect upstream (CONTRACT §1 ``applied``): "no" when mend
+#: failed before sending it, "unknown" when it was sent and no usable answer came back.
+Applied = Literal["no", "unknown"]
+
+
+class InvalidField(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    field: str
+    reason: str
+    received: Any = None
+    allowed_values: Any = None
+    #: a value inside allowed_values, near what was sent (an OpenAPI document's, CONTRACT §8)
+    suggested_value: Any = None
+    #: where the field is: body, query, path or header (known from an OpenAPI document)
+    location: str | None = None
+    #: false: the route's OpenAPI document does not know this field; None: no document
+    documented: bool | None = None
+
+
+class RepeatInfo(BaseModel):
+    """``repeat`` (CONTRACT §7): this session sent the same request and got the same code."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    count: int
+    window_s: int
+    first_at: str  # RFC 3339, UTC
+
+
+class SessionPattern(BaseModel):
+    """One entry of ``session_patterns`` (CONTRACT §7): a category recurring in the session."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    category: Category
+    count: int
+    suggestion: str
+
+
+class Envelope(BaseModel):
+    """Every field of CONTRACT §1; absent knowledge is ``None`` or ``[]``, never omitted."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    code: str
+    message: str
+    category: Category
+    severity: Severity
+    retryable: bool
+    retry_after_ms: int | None = None
+    action: Action
+    hint: str
+    steps: tuple[str, ...] = ()
+    field: str | None = None
+    invalid_fields: tuple[InvalidField, ...] = ()
+    allowed_values: Any = None
+    suggested_value: Any = None
+    next_operation: str | None = None
+    next_operation_args: dict[str, Any] | None = None
+    related_codes: tuple[str, ...] = ()
+    #: the upstream's own small structured detail (redacted, capped), kept by fallbacks
+    upstream_detail: dict[str, Any] | None = None
+    docs_url: str | None = None
+    request_id: str
+    upstream_status: int | None
+    rule: str
+    #: ``{id, method, path}`` of the documented operation, and a minimal valid request for it
+    #: (``{method, path, query, body}``), when the route has an OpenAPI document (CONTRACT §8)
+    operation: dict[str, str] | None = None
+    example_request: dict[str, Any] | None = None
+    #: the cross-call fields (``proxy/policy/crosscall``): absent from the document when unknown
+    repeat: RepeatInfo | None = None
+    session_patterns: tuple[SessionPattern, ...] = ()
+    #: whether the request may have taken effect upstream; absent when the upstream answered
+    applied: Applied | None = None
+
+    @model_validator(mode="after")
+    def _retry_invariants(self) -> Envelope:
+        if self.retryable != (self.action is Action.RETRY):
+            raise ValueError("retryable must be true exactly when action is 'retry'")
+        if self.retryable and self.retry_after_ms is None:
+            raise ValueError("retry_after_ms is required when retryable")
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``error`` object's members, in contract order, JSON-ready; the cross-call
+        fields only when they say something."""
+        data = self.model_dump(mode="json")
+        if data["repeat"] is None:
+            del data["repeat"]
+        if not data["session_patterns"]:
+            del data["session_patterns"]
+        if data["applied"] is None:
+            del data["applied"]
+        return data
+
+
+def envelope_body(envelope: Envelope) -> dict[str, Any]:
+    """The default rendering's document: ``{"error": {...}}``."""
+    return {"error": envelope.as_dict()}

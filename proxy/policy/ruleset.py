@@ -1,0 +1,309 @@
+"""An ordered rule set: first match wins, built-in fallbacks close the list.
+
+Rules are indexed by the statuses they can match, so a request only walks the rules that could
+apply to its status; a rule set that grows by rules for other statuses costs that request nothing.
+Rules that match 2xx only take part on routes whose ``success_rules`` name them (CONTRACT §3).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import re2
+
+from proxy.policy.build import CompiledEnvelope
+from proxy.policy.exchange import Exchange
+from proxy.policy.matchers import (
+    Found,
+    Predicate,
+    compile_when,
+    required_keys,
+    speaks_protocol,
+    statuses,
+)
+from proxy.policy.query import present_paths
+from proxy.policy.rulefile import Docs, LoadedRule, compile_jmespath, re2_options
+
+ERROR_STATUSES = frozenset(range(400, 600))
+SUCCESS_STATUSES = frozenset(range(200, 300))
+FALLBACK_PREFIX = "fallback."
+#: Rules that match errors a protocol reports inside a 2xx (a JSON-RPC ``error``, a GraphQL
+#: ``errors`` entry, an MCP tool result with ``isError``): they match such units on every route,
+#: with no ``success_rules``. So does any rule that names ``protocol``, ``tool`` or ``rpc_method``.
+PROTOCOL_RULES = ("jsonrpc.*", "mcp.*", "graphql.*", "fallback.*")
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    id: str
+    pack: str
+    source: str
+    description: str | None
+    statuses: frozenset[int]
+    predicates: tuple[Predicate, ...]
+    queries: tuple[tuple[str, str, Any], ...]
+    envelope: CompiledEnvelope
+    docs: Docs | None
+    body_pattern: str | None  # the top-level `body` regex, for the status bucket's prefilter
+    #: JSON keys the body must have (one of each set), else the rule cannot match
+    requires: tuple[frozenset[str], ...] = ()
+    #: names ``protocol``, ``tool`` or ``rpc_method``: about errors a protocol reports
+    speaks: bool = False
+
+    @classmethod
+    def compile(cls, loaded: LoadedRule) -> Rule:
+        spec = loaded.spec
+        codes = statuses(spec.when)
+        speaks = speaks_protocol(spec.when)
+        # a rule that names no status is about errors: 2xx must always be asked for by name,
+        # unless it is about a protocol, whose errors come in a 200 as often as not
+        default = ERROR_STATUSES | SUCCESS_STATUSES if speaks else ERROR_STATUSES
+        return cls(
+            id=spec.id,
+            pack=loaded.pack,
+            source=loaded.source,
+            description=spec.description,
+            statuses=default if codes is None else codes,
+            predicates=compile_when(spec.when),
+            queries=tuple((name, q, compile_jmespath(q)) for name, q in spec.vars.items()),
+            envelope=CompiledEnvelope.compile(spec.envelope),
+            docs=spec.docs,
+            body_pattern=spec.when.body,
+            requires=required_keys(spec.when),
+            speaks=speaks,
+        )
+
+    @property
+    def is_fallback(self) -> bool:
+        return self.id.startswith(FALLBACK_PREFIX)
+
+    def test(self, exchange: Exchange) -> tuple[bool, Found, Predicate | None]:
+        """Whether the rule matches, the variables it found, and the first predicate that failed."""
+        found: Found = {}
+        for predicate in self.predicates:
+            if not predicate.test(exchange, found):
+                return False, found, predicate
+        if exchange.is_json:
+            for name, expression, query in self.queries:
+                found.setdefault(name, exchange.query(expression, query))
+        return True, found, None
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    rule: Rule
+    found: Found
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One line of ``mend explain``: what a rule made of the exchange."""
+
+    rule: Rule
+    matched: bool
+    reason: str
+    found: Found = field(default_factory=dict)
+
+
+#: Below this many body regexes in one status bucket, trying them in turn is as cheap as a set.
+_PREFILTER_MIN = 8
+
+
+class BodyPrefilter:
+    """All body regexes of a status bucket in one RE2 set, run once per response.
+
+    A rule whose body regex the set did not see match cannot match, so it is skipped without
+    running anything: a thousand body rules for one status cost one pass over the body.
+    """
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        options = re2_options()
+        options.max_mem = 64 << 20  # the set's DFA grows with the number of patterns
+        self._set = re2.Set.SearchSet(options)
+        self.slots: dict[str, int] = {}
+        for rule in rules:
+            if rule.body_pattern is not None and rule.id not in self.slots:
+                self.slots[rule.id] = self._set.Add(rule.body_pattern)
+        self._set.Compile()
+
+    def hits(self, text: str) -> frozenset[int]:
+        return frozenset(self._set.Match(text) or ())  # None, not [], when nothing matched
+
+
+@dataclass(frozen=True, slots=True)
+class _Bucket:
+    """A status bucket with a body prefilter, arranged so a response only walks its candidates.
+
+    The rules without a body regex always are; of the others, only those whose regex the set saw
+    match. Walking all of them to skip the rest one by one cost every request a Python step per
+    rule: a thousand body rules for one status made each request pay for a thousand.
+    """
+
+    prefilter: BodyPrefilter
+    always: tuple[tuple[int, Rule], ...]
+    by_slot: dict[int, tuple[tuple[int, Rule], ...]]
+
+    @classmethod
+    def build(cls, rules: Sequence[Rule], prefilter: BodyPrefilter) -> _Bucket:
+        always: list[tuple[int, Rule]] = []
+        by_slot: dict[int, list[tuple[int, Rule]]] = {}
+        for position, rule in enumerate(rules):
+            if rule.body_pattern is None:
+                always.append((position, rule))
+            else:
+                by_slot.setdefault(prefilter.slots[rule.id], []).append((position, rule))
+        return cls(prefilter, tuple(always), {k: tuple(v) for k, v in by_slot.items()})
+
+    def candidates(self, hits: frozenset[int]) -> list[Rule]:
+        """The rules that can match a text the prefilter saw ``hits`` in, in rule order."""
+        chosen = [*self.always]
+        for slot in hits:
+            chosen.extend(self.by_slot.get(slot, ()))
+        chosen.sort(key=_position)
+        return [rule for _, rule in chosen]
+
+
+def _position(entry: tuple[int, Rule]) -> int:
+    return entry[0]
+
+
+def _can_match(rule: Rule, present: frozenset[str]) -> bool:
+    """Whether the body has at least one key path of each set the rule requires."""
+    return all(not present.isdisjoint(need) for need in rule.requires)
+
+
+#: Distinct response shapes remembered per rule set before the memory starts over.
+_SHAPES_MAX = 1024
+
+#: (status, prefilter hits, the key paths present that a rule for the status requires): what
+#: decides which rules a response can match. Only paths the rules name: a body's own keys
+#: (field names an agent chose, ids) would make every response a new shape, and a large one.
+Shape = tuple[int, frozenset[int], frozenset[str]]
+
+
+def _wanted_on_success(rule_id: str, globs: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(rule_id, g) for g in globs)
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSet:
+    rules: tuple[Rule, ...]
+    index: dict[int, tuple[Rule, ...]]
+    prefiltered: dict[int, _Bucket] = field(default_factory=dict)
+    #: the candidate rules per response shape: an API answers with a handful of error shapes,
+    #: so walking the status bucket to drop rules that cannot match is done once per shape
+    _shapes: dict[Shape, tuple[Rule, ...]] = field(default_factory=dict, compare=False)
+    #: per status, every key path some rule indexed under it requires
+    _required: dict[int, frozenset[str]] = field(default_factory=dict, compare=False)
+    #: the same rules for the error units of a protocol (proxy/policy/protocols): 2xx included for
+    #: the
+    #: protocol packs and the rules that name a protocol (``match_unit``)
+    units: RuleSet | None = field(default=None, compare=False)
+
+    @classmethod
+    def build(
+        cls,
+        rules: Iterable[Rule],
+        success_rules: Sequence[str] = (),
+        protocol_rules: Sequence[str] | None = PROTOCOL_RULES,
+    ) -> RuleSet:
+        """The rule set; ``success_rules`` are globs of rule ids to run on 2xx responses, and
+        ``protocol_rules`` those to run on 2xx protocol units (``None``: no unit view)."""
+        ordered = tuple(rules)
+        shared: dict[tuple[str, ...], BodyPrefilter] = {}
+        units = None
+        if protocol_rules is not None:
+            unit_globs = (*success_rules, *protocol_rules)
+            units = cls._build(
+                ordered, lambda r: r.speaks or _wanted_on_success(r.id, unit_globs), shared, None
+            )
+        return cls._build(ordered, lambda r: _wanted_on_success(r.id, success_rules), shared, units)
+
+    @classmethod
+    def _build(
+        cls,
+        ordered: tuple[Rule, ...],
+        on_success: Callable[[Rule], bool],
+        shared: dict[tuple[str, ...], BodyPrefilter],
+        units: RuleSet | None,
+    ) -> RuleSet:
+        index: dict[int, list[Rule]] = {}
+        for rule in ordered:
+            wanted = rule.statuses
+            if not on_success(rule):
+                wanted = wanted - SUCCESS_STATUSES
+            for status in wanted:
+                index.setdefault(status, []).append(rule)
+        buckets = {status: tuple(rs) for status, rs in index.items()}
+        prefiltered: dict[int, _Bucket] = {}
+        for status, bucket in buckets.items():
+            ids = tuple(r.id for r in bucket if r.body_pattern is not None)
+            if len(ids) >= _PREFILTER_MIN:
+                if ids not in shared:  # statuses of one class share their rules, so one set
+                    shared[ids] = BodyPrefilter(bucket)
+                prefiltered[status] = _Bucket.build(bucket, shared[ids])
+        required = {
+            status: frozenset(path for rule in bucket for need in rule.requires for path in need)
+            for status, bucket in buckets.items()
+        }
+        return cls(ordered, buckets, prefiltered, _required=required, units=units)
+
+    def match_unit(self, exchange: Exchange) -> Match | None:
+        """``match`` for one error a protocol found in a response (``proxy/policy/protocols``)."""
+        return (self.units or self).match(exchange)
+
+    def inspects(self, status: int) -> bool:
+        """Whether a response with this status must be read and matched at all."""
+        return status in self.index
+
+    def candidates(self, exchange: Exchange) -> tuple[Rule, ...]:
+        """The rules that can match ``exchange``, in rule order; the others are never tried."""
+        status = exchange.status or 0
+        bucket = self.prefiltered.get(status)
+        hits = frozenset[int]() if bucket is None else bucket.prefilter.hits(exchange.text)
+        required = self._required.get(status)
+        present = present_paths(exchange.json) & required if required else frozenset[str]()
+        shape = (status, hits, present)
+        known = self._shapes.get(shape)
+        if known is not None:
+            return known
+        bucketed = self.index.get(status, ()) if bucket is None else bucket.candidates(hits)
+        known = tuple(rule for rule in bucketed if _can_match(rule, present))
+        if len(self._shapes) >= _SHAPES_MAX:  # bodies keyed by ids, say: start over, stay small
+            self._shapes.clear()
+        self._shapes[shape] = known
+        return known
+
+    def match(self, exchange: Exchange) -> Match | None:
+        for rule in self.candidates(exchange):
+            matched, found, _ = rule.test(exchange)
+            if matched:
+                return Match(rule, found)
+        return None
+
+    def explain_unit(self, exchange: Exchange) -> list[Verdict]:
+        """``explain`` for one error a protocol found in a response."""
+        return (self.units or self).explain(exchange)
+
+    def explain(self, exchange: Exchange) -> list[Verdict]:
+        """Every rule in order up to and including the first match, with why it did (not) match."""
+        candidates = self.index.get(exchange.status or 0, ())
+        verdicts: list[Verdict] = []
+        for rule in self.rules:
+            if rule not in candidates:
+                reason = f"status {exchange.status} is not one it matches"
+                if exchange.status in rule.statuses:
+                    reason = "matches 2xx only on routes whose success_rules name it"
+                verdicts.append(Verdict(rule, False, reason))
+                continue
+            matched, found, failed = rule.test(exchange)
+            if matched:
+                verdicts.append(Verdict(rule, True, "every condition held", found))
+                break
+            verdicts.append(
+                Verdict(rule, False, f"failed: {failed.description if failed else '?'}")
+            )
+        return verdicts

@@ -1,0 +1,134 @@
+"""A generation: the configuration one request runs on, from its first byte to its last.
+
+A reload (``RuleStore.reload``) swaps in a new ``Loaded`` -- settings, compiled rules, upstream
+TLS -- as one value. The proxy turns each into a ``Generation``: that value plus what is derived
+from it for the request path (routes longest prefix first, build options, connection pools).
+``Proxy.handle`` takes the generation in force when a request arrives and keeps it to the end,
+so a request in flight finishes on the configuration it started with, as nginx's old workers
+finish theirs after ``nginx -s reload``.
+
+Connection pools outlive a reload when they can: a route whose upstream connections are made the
+same way (no TLS, the same read timeout and interim cap) hands its pool to the next generation.
+A pool no longer used (a route removed, its TLS or timeouts changed) is closed when the last
+request of its generation ends, never under one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import aiohttp
+from structlog.typing import FilteringBoundLogger
+from yarl import URL
+
+from proxy.edge.forward import Upstreams
+from proxy.edge.redirect import UpstreamOrigin
+from proxy.edge.target import Origin
+from proxy.policy.build import BuildOptions
+from proxy.policy.engine import Loaded
+from proxy.runtime.settings import Route, Settings
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRuntime:
+    route: Route
+    origin: Origin
+    upstream_host: str | None
+    timeout: aiohttp.ClientTimeout
+    #: how redirect headers name the upstream (``None``: the route does not rewrite them)
+    redirects: UpstreamOrigin | None
+
+    @classmethod
+    def of(cls, route: Route) -> RouteRuntime:
+        url = URL(route.upstream)
+        host = url.host if url.is_default_port() else f"{url.host}:{url.port}"
+        # to the response headers once the request is sent; between body bytes, see _stream
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=route.connect_timeout, sock_read=route.read_timeout
+        )
+        redirects = UpstreamOrigin.of(route.upstream) if route.rewrite_redirects else None
+        return cls(route, Origin.parse(route.upstream), host, timeout, redirects)
+
+
+class Generation:
+    """One configuration in force, and the requests running on it (``active``)."""
+
+    __slots__ = ("active", "loaded", "options", "retired", "routes", "upstreams")
+
+    def __init__(self, loaded: Loaded, upstreams: Upstreams) -> None:
+        settings = loaded.settings
+        self.loaded = loaded
+        self.upstreams = upstreams
+        self.options = BuildOptions(
+            retry_after_default_ms=settings.retry_after_default_ms,
+            retry_after_max_ms=settings.retry_after_max_ms,
+            docs_base_url=(settings.public_url or "").rstrip("/"),
+        )
+        # longest prefix first, so /api/v2 wins over /api
+        self.routes = sorted(
+            map(RouteRuntime.of, settings.routes),
+            key=lambda rt: len(rt.route.prefix),
+            reverse=True,
+        )
+        self.active = 0
+        self.retired = False
+
+    @classmethod
+    def first(cls, loaded: Loaded) -> Generation:
+        interim = loaded.settings.max_interim_responses
+        return cls(loaded, Upstreams(max_interim_responses=interim, tls=loaded.tls))
+
+    def succeeded_by(self, loaded: Loaded) -> Generation:
+        """The next generation, taking over the pools of routes that connect the same way."""
+        interim = loaded.settings.max_interim_responses
+        upstreams = Upstreams(max_interim_responses=interim, tls=loaded.tls)
+        if interim == self.settings.max_interim_responses:
+            before = {r.name: r for r in self.settings.routes}
+            for route in loaded.settings.routes:
+                old = before.get(route.name)
+                if old is not None and _same_connections(old, route):
+                    upstreams.adopt(self.upstreams, route.name)
+        return Generation(loaded, upstreams)
+
+    @property
+    def settings(self) -> Settings:
+        return self.loaded.settings
+
+    def route_for(self, path: str) -> RouteRuntime | None:
+        """The route whose prefix starts the raw (still percent-encoded) path, longest first."""
+        for runtime in self.routes:
+            prefix = runtime.route.prefix
+            if path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/"):
+                return runtime
+        return None
+
+    def leave(self) -> bool:
+        """A request on this generation ended: whether it was the last one out of a retired
+        generation, whose pools can close now."""
+        self.active -= 1
+        return self.retired and self.active == 0
+
+    def retire(self) -> bool:
+        """Superseded: new requests go to the next generation. Whether its pools can close now
+        (no request runs on it); else the last one to ``leave`` says so."""
+        self.retired = True
+        return self.active == 0
+
+
+def _same_connections(old: Route, new: Route) -> bool:
+    """Whether a pool made for ``old`` serves ``new`` as one made for it would. A TLS route
+    never hands over: its next pool reads the CA and client certificate files again."""
+    return old.tls is None and new.tls is None and old.read_timeout == new.read_timeout
+
+
+def unverified(routes: Iterable[Route], logger: FilteringBoundLogger) -> None:
+    """``verify: false`` is a warning each time a configuration with it comes into force."""
+    for route in routes:
+        if route.tls is not None and not route.tls.verify:
+            logger.warning(
+                "upstream_tls_verify_disabled",
+                route=route.name,
+                upstream=route.upstream,
+                detail="any certificate is accepted: encrypted, but not authenticated",
+            )

@@ -1,0 +1,121 @@
+"""The floors of ``proxy/``: the policy imports no aiohttp, and no floor reaches up in a new place.
+
+The floors, bottom to top: ``policy`` (rules, envelope, rendering, protocols; shared by the
+proxy, ``mend test`` and ``mend explain``), ``observation``, ``edge`` (aiohttp lives here),
+``runtime``, ``tools`` (docs/design.md, "The floors").
+"""
+
+from __future__ import annotations
+
+import ast
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import proxy
+import proxy.policy
+
+ROOT = Path(__file__).resolve().parent.parent
+FLOORS = ["policy", "observation", "edge", "runtime", "tools"]
+
+#: Imports that reach from a floor up to a higher one today, each ``(importer, imported)``.
+#: The list may only shrink: the settings (imported by every floor) and the TLS contexts an
+#: engine compiles are the places the next steps of issue 28 untangle.
+UPWARD = {
+    ("proxy.edge.agent_body", "proxy.runtime.settings"),
+    ("proxy.edge.mcptools.server", "proxy.runtime.settings"),
+    ("proxy.edge.openapi_gate", "proxy.runtime.settings"),
+    ("proxy.edge.tls", "proxy.runtime.settings"),
+    ("proxy.observation.traces", "proxy.runtime.generation"),
+    ("proxy.policy.engine", "proxy.edge.tls"),
+    ("proxy.policy.engine", "proxy.runtime.settings"),
+    ("proxy.policy.openapi.codes", "proxy.runtime.settings"),
+    ("proxy.policy.openapi.spec", "proxy.runtime.settings"),
+    ("proxy.policy.redaction.detectors", "proxy.runtime.settings"),
+    ("proxy.policy.retry_safety", "proxy.runtime.settings"),
+    ("proxy.runtime.app", "proxy.tools.catalog"),
+}
+
+
+def _modules(package: str) -> list[str]:
+    """Every module under ``package``, dotted, found on disk (nothing imported)."""
+    where = ROOT / Path(*package.split("."))
+    names = [package]
+    for info in pkgutil.walk_packages([str(where)], f"{package}."):
+        names.append(info.name)
+    return sorted(names)
+
+
+def test_the_policy_imports_no_aiohttp() -> None:
+    """Every module of ``proxy.policy``, imported in a fresh interpreter, leaves aiohttp out."""
+    modules = _modules("proxy.policy")
+    assert "proxy.policy.evaluate" in modules
+    assert "proxy.policy.protocols.mcp" in modules
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "    if 'aiohttp' in sys.modules:\n"
+        "        print(name)\n"
+        "        break\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "", f"aiohttp imported by (or with) {done.stdout.strip()}"
+
+
+def _imports(path: Path) -> set[str]:
+    """The ``proxy`` modules (and names) a file imports anywhere but under ``TYPE_CHECKING``."""
+    tree = ast.parse(path.read_text("utf-8"))
+    typing_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            typing_only |= {id(inner) for part in node.body for inner in ast.walk(part)}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("proxy"):
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("proxy")}
+    return found
+
+
+def _floor(module: str) -> int | None:
+    parts = module.split(".")
+    return FLOORS.index(parts[1]) if len(parts) > 2 and parts[1] in FLOORS else None
+
+
+def test_no_floor_reaches_up_in_a_new_place() -> None:
+    """An import from a lower floor to a higher one is one of ``UPWARD``, and every one of
+    ``UPWARD`` still exists (a removed one is taken off the list)."""
+    modules = {name for floor in FLOORS for name in _modules(f"proxy.{floor}")}
+    upward: set[tuple[str, str]] = set()
+    for module in modules:
+        path = ROOT / Path(*module.split("."))
+        file = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        low = _floor(module)
+        for imported in _imports(file):
+            high = _floor(imported)
+            if imported in modules and low is not None and high is not None and high > low:
+                upward.add((module, imported))
+    assert upward - UPWARD == set(), "a new upward import"
+    assert UPWARD - upward == set(), "gone: take it off UPWARD"
+
+
+def test_every_module_is_in_a_floor() -> None:
+    """``proxy/`` holds the floors and nothing else but its package files (no shim modules)."""
+    top = {p.name for p in (ROOT / "proxy").iterdir() if p.suffix == ".py" or p.is_dir()}
+    top -= {"__pycache__"}
+    assert top == {"__init__.py", "__main__.py", *FLOORS}
+    assert proxy.policy.__doc__

@@ -243,7 +243,7 @@ def _run(args: argparse.Namespace) -> int:
     hangups = EarlyHangups()  # a SIGHUP from here on is a reload once mend serves, not its end
     try:
         settings, source = _settings_from_args(args)
-        Engine.load(settings)  # refuse to start on the errors `mend check` reports
+        engine = Engine.load(settings)  # refuse to start on the errors `mend check` reports
     except RuleError as exc:  # one line a problem, as the logs and `mend check` say it
         return _errors(exc.problems)
     except StartupError as exc:
@@ -259,7 +259,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     install_uvloop()
     try:
-        asyncio.run(serve(settings, source=source, hangups=hangups))
+        asyncio.run(serve(settings, source=source, hangups=hangups, engine=engine))
     except OSError as exc:  # a listener could not bind: the port is taken, or not ours to take
         return _errors([_listen_problem(exc)])
     return 0

@@ -120,15 +120,18 @@ async def serve(
     worker: bool = False,
     source: ConfigSource | None = None,
     hangups: EarlyHangups | None = None,
+    engine: Engine | None = None,
 ) -> None:
     """Run until SIGINT/SIGTERM. A worker shares the agent port and leaves admin to its parent.
-    With a ``source`` (``--config``), every reload reads the config file again."""
+    With a ``source`` (``--config``), every reload reads the config file again. ``engine``: the
+    settings' rules, when the caller has already loaded them (``mend run`` does, to refuse to
+    start on a bad one), so start-up does not read and compile them twice."""
     out = LineWriter(sys.stdout, flush_interval=LOG_FLUSH_INTERVAL)
     logger = make_logger(out)
     # aiohttp's and asyncio's own records, as JSON lines, repeats counted once per interval
     stdlib = route_stdlib_logging(logger)
     try:
-        await _serve(settings, logger, worker=worker, source=source, hangups=hangups)
+        await _serve(settings, logger, worker=worker, source=source, hangups=hangups, engine=engine)
     finally:
         stdlib.flush()
         out.flush()
@@ -166,6 +169,7 @@ async def _serve(
     worker: bool,
     source: ConfigSource | None = None,
     hangups: EarlyHangups | None = None,
+    engine: Engine | None = None,
 ) -> None:
     loop = asyncio.get_running_loop()
     nofile = raise_nofile()
@@ -180,6 +184,7 @@ async def _serve(
         settings,
         registry,
         logger=logger,
+        engine=engine,
         source=_reader(source, nofile),
         tracer=tracing.start(traced),
     )

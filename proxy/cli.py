@@ -14,9 +14,9 @@ from urllib.parse import parse_qsl
 import orjson
 from pydantic import ValidationError
 
-try:  # optional: a faster event loop where it is installed (the `speed` extra)
+try:  # the event loop mend runs on: a dependency except on Windows, which uvloop does not support
     import uvloop
-except ImportError:  # pragma: no cover - exercised only where uvloop is absent
+except ImportError:  # pragma: no cover - exercised only where uvloop is absent (Windows)
     uvloop = None  # type: ignore[assignment]
 
 from multidict import CIMultiDict, MultiDict

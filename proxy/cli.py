@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 import orjson
@@ -21,15 +21,10 @@ except ImportError:  # pragma: no cover - exercised only where uvloop is absent 
 
 from multidict import CIMultiDict, MultiDict
 
-from proxy import __version__, nesting, ruletest, tracing
-from proxy import explain as explaining
+from proxy import __version__, nesting, tracing
 from proxy.engine import Engine
 from proxy.exchange import NOT_JSON
-from proxy.openapi import report as openapi_report
-from proxy.openapi.enrich import Request as EnrichRequest
-from proxy.openapi.spec import Mount, Spec
 from proxy.protocols.base import ProtocolName
-from proxy.redaction import explain as redaction_explain
 from proxy.redaction.sets import build_set, load_shipped
 from proxy.rulefile import RuleError, load_rules, rule_files
 from proxy.ruleset import RuleSet
@@ -37,6 +32,10 @@ from proxy.server import EarlyHangups, serve
 from proxy.settings import PACKAGED_RULES, ConfigSource, Route, Settings, load_settings
 from proxy.tls import TLSFileError, check_files
 from proxy.workers import run_workers
+
+if TYPE_CHECKING:  # what only `mend test`, `explain` and `check --openapi` use, imported by them
+    from proxy import explain as explaining
+    from proxy.openapi.spec import Spec
 
 
 def _config_source(args: argparse.Namespace, overrides: dict[str, object]) -> ConfigSource:
@@ -300,6 +299,9 @@ def _check(args: argparse.Namespace) -> int:
 def _check_openapi(path: Path) -> int:
     """``check --openapi FILE``: the document validated (thoroughly: every schema and operation,
     which ``mend run`` leaves out), and the operations mend recognises."""
+    from proxy.openapi import report as openapi_report  # noqa: PLC0415 - a subcommand's own modules
+    from proxy.openapi.spec import Spec  # noqa: PLC0415
+
     try:
         spec = Spec.load(path, thorough=True)
     except RuleError as exc:
@@ -311,6 +313,9 @@ def _check_openapi(path: Path) -> int:
 
 def _coverage(args: argparse.Namespace, settings: Settings | None, engine: Engine | None) -> int:
     """``check --coverage DIR``: which rules answer the recorded responses in DIR."""
+    from proxy import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
+    from proxy import ruletest  # noqa: PLC0415
+
     recorded, problems = ruletest.load_recorded(Path(args.coverage))
     if settings is not None and engine is not None:
         try:
@@ -338,6 +343,8 @@ def _coverage(args: argparse.Namespace, settings: Settings | None, engine: Engin
 
 
 def _test(args: argparse.Namespace) -> int:
+    from proxy import ruletest  # noqa: PLC0415 - a subcommand's own modules
+
     paths = [Path(p) for p in args.paths] or [ruletest.DEFAULT_TESTS]
     report = ruletest.run_tests(
         paths,
@@ -349,6 +356,9 @@ def _test(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    from proxy import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
+    from proxy import ruletest  # noqa: PLC0415
+
     if args.redact is not None:
         return _explain_redaction(args)
     if args.status is None:
@@ -415,6 +425,11 @@ def _explain_openapi(
     request_body: explaining.RequestBody,
 ) -> dict[str, Any]:
     """The route's document applied to the explained envelope (in place), and what it used."""
+    from proxy import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
+    from proxy.openapi import report as openapi_report  # noqa: PLC0415
+    from proxy.openapi.enrich import Request as EnrichRequest  # noqa: PLC0415
+    from proxy.openapi.spec import Mount  # noqa: PLC0415
+
     sent = nesting.loads(request_body.body) if request_body.body else NOT_JSON
     request = EnrichRequest(
         method=args.method.upper(),
@@ -437,6 +452,9 @@ def _explain_openapi(
 def _explain_redaction(args: argparse.Namespace) -> int:
     """``explain --redact FILE``: the text as an agent and as the log get it, act by act, with
     the shipped detectors (and, with ``--config``, the route's ``redaction:`` additions)."""
+    from proxy import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
+    from proxy.redaction import explain as redaction_explain  # noqa: PLC0415
+
     try:
         if args.redact == "-":
             text = sys.stdin.read()
@@ -464,6 +482,8 @@ def _explain_redaction(args: argparse.Namespace) -> int:
 
 def _request_body(args: argparse.Namespace) -> explaining.RequestBody:
     """``--protocol`` and the request's body and query, for a protocol's answer."""
+    from proxy import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
+
     if args.request_body_file:
         body: bytes | None = Path(args.request_body_file).read_bytes()
     else:

@@ -19,7 +19,7 @@ agent or upstream text, with its engine and why it is safe.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, cast
 
 import re2
@@ -28,6 +28,10 @@ _SURROGATES = re.compile("[\ud800-\udfff]")
 #: RE2's unanchored search, for ``GatedPattern``'s offsets (the wrapper's ``search`` encodes the
 #: text again on every call, and a body has as many calls as candidate offsets)
 _UNANCHORED = re2._Anchor.UNANCHORED
+#: RE2 calls one ``GatedPattern.sub`` makes before ``re`` scans the rest itself: each call also
+#: runs to the end of its (widened, so possibly unbounded) match, so a text holding many near
+#: matches would make them quadratic; a page holds a handful
+_OFFSETS_ASKED = 8
 
 
 def options() -> Any:
@@ -269,9 +273,11 @@ class GatedPattern:
         )
         try:
             source = re2_source(compiled.pattern)
-            widened = re2.compile(f"(?{flags}){source}" if flags else source, options())
-            self._gate: Linear | None = Linear(widened)
-            self._at: Any = widened._regexp  # the compiled RE2, for offsets into bytes
+            widened = f"(?{flags}){source}" if flags else source
+            self._gate: Linear | None = Linear(re2.compile(widened, options()))
+            offsets = options()
+            offsets.never_capture = True  # only where a match starts: the DFA alone finds it
+            self._at: Any = re2.compile(widened, offsets)._regexp  # for offsets into bytes
         except re2.error:
             self._gate = None  # backreferences and the like: no gate, always run
             self._at = None
@@ -283,16 +289,20 @@ class GatedPattern:
         return self._re.search(text, *args) if self._may_match(text) else None
 
     def sub(self, repl: Any, text: str, count: int = 0) -> str:
-        if self._at is not None and text.isascii():
+        if self._at is not None and callable(repl) and text.isascii():
             return self._sub_where_it_may(repl, text, count)
         return self._re.sub(repl, text, count=count) if self._may_match(text) else text
 
-    def _sub_where_it_may(self, repl: Any, text: str, count: int) -> str:
+    def _sub_where_it_may(self, repl: Callable[[re.Match[str]], str], text: str, count: int) -> str:
         data = text.encode("ascii")
         size = len(data)
         parts: list[str] = []
         last = pos = 0
+        asked = 0
         while pos <= size:
+            if asked == _OFFSETS_ASKED:  # RE2 finds a match's end too, possibly far: the rest
+                return self._sub_rest(repl, text, count, parts, last, pos)  # is re's own scan
+            asked += 1
             start = self._at.Match(_UNANCHORED, data, pos, size)[0][0]
             if start < 0:
                 break
@@ -303,8 +313,32 @@ class GatedPattern:
             if match.end() == start:  # an empty match: re.sub's own rules for those
                 return self._re.sub(repl, text, count=count)
             parts.append(text[last:start])
-            parts.append(repl(match) if callable(repl) else match.expand(repl))
+            parts.append(repl(match))
             last = pos = match.end()
+            if len(parts) == 2 * count:
+                break
+        if not parts:
+            return text
+        parts.append(text[last:])
+        return "".join(parts)
+
+    def _sub_rest(
+        self,
+        repl: Callable[[re.Match[str]], str],
+        text: str,
+        count: int,
+        parts: list[str],
+        last: int,
+        pos: int,
+    ) -> str:
+        """``_sub_where_it_may`` finished by ``re`` scanning from ``pos`` (``finditer`` from
+        an offset sees the text before it, as ``sub``'s own scan does)."""
+        for match in self._re.finditer(text, pos):
+            if match.end() == match.start():
+                return self._re.sub(repl, text, count=count)
+            parts.append(text[last : match.start()])
+            parts.append(repl(match))
+            last = match.end()
             if len(parts) == 2 * count:
                 break
         if not parts:
@@ -366,7 +400,7 @@ class AnchoredPattern(GatedPattern):
         last = 0
         for done, match in enumerate(self._confirmed(text), 1):
             parts.append(text[last : match.start()])
-            parts.append(repl(match) if callable(repl) else match.expand(repl))
+            parts.append(repl(match))
             last = match.end()
             if done == count:
                 break

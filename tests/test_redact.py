@@ -626,12 +626,13 @@ def test_mask_remembers_bodies_within_its_bound(monkeypatch: pytest.MonkeyPatch)
     assert redactor.mask(body) is first
     for i in range(20):
         assert redactor.mask(f"{i} token={i}abcdefghijk").text == f"{i} token=[masked]"
-    assert redactor._masked_chars <= 400
-    assert redactor._masked_chars == sum(len(k) + len(v.text) for k, v in redactor._masked.items())
-    assert body not in redactor._masked  # the oldest went first
+    held = redactor._masked
+    assert held.chars <= 400
+    assert held.chars == sum(len(k) + len(v.text) for k, v in held.entries.items())
+    assert body not in held.entries  # the oldest went first
     assert redactor.mask(body) == first
     assert redactor.mask("x" * 500).text == "x" * 500  # larger than the bound: never kept
-    assert "x" * 500 not in redactor._masked
+    assert "x" * 500 not in held.entries
 
 
 _TOKEN = re.compile(r"(?<![\w+/-])[A-Za-z0-9_-]{24,512}+={0,2}(?![\w+/-])")

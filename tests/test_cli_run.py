@@ -136,6 +136,16 @@ def test_run_serves_and_stops_on_sigterm(
     assert proc.wait(10) == 0
 
 
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc to see the loop")
+def test_run_serves_on_uvloop_by_default(
+    running_mend: tuple[subprocess.Popen[bytes], str, str],
+) -> None:
+    """A ``mend run`` given no option about it runs on uvloop: its extension module is mapped
+    into the process (how the bench tells the loop too, ``bench/harness.py``). issue 29"""
+    proc, _, _ = running_mend
+    assert "/uvloop/" in Path(f"/proc/{proc.pid}/maps").read_text()
+
+
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc for RSS")
 def test_large_download_streams_in_flat_memory(
     running_mend: tuple[subprocess.Popen[bytes], str, str],

@@ -124,6 +124,15 @@ def test_pyproject_ships_every_file_mend_reads_at_run_time() -> None:
             assert file in shipped, f"{file.relative_to(ROOT)} is not package data"
 
 
+def test_a_plain_install_brings_the_fast_event_loop() -> None:
+    """uvloop is a dependency wherever it runs (issue 29: a plain ``pip install mend`` ran on
+    asyncio's own loop); ``mend[speed]``, the old way to ask for it, still installs."""
+    dependencies = PYPROJECT["project"]["dependencies"]
+    assert "uvloop>=0.19; sys_platform != 'win32'" in dependencies
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    assert extras["speed"] == ["uvloop>=0.19; sys_platform != 'win32'"]
+
+
 # --- the Dockerfile ------------------------------------------------------------------------------
 
 
@@ -371,6 +380,8 @@ def test_wheel_in_a_fresh_venv_outside_the_checkout(
     assert int(summary[1]) >= len(PACKS)
     helped = mend("run", "--help")
     assert helped.returncode == 0, helped.stderr
+    # no extras asked for, and the fast loop is there (issue 29)
+    subprocess.run([str(bin_dir / "python"), "-c", "import uvloop"], env=env, check=True)
     assert "--upstream" in helped.stdout
 
     # a short run: workers put their metrics under $TMPDIR, and nothing else is written

@@ -613,6 +613,28 @@ def test_scrub_cache_stays_bounded_and_consistent() -> None:
     assert "db-7.internal" not in redactor.scrub("connect to db-7.internal failed").text
 
 
+def test_mask_remembers_bodies_within_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log's masked body is remembered whole (issue 29: an upstream repeats its error bodies,
+    and masking one cost 130-330 k instructions): the same answer, kinds and all, the second
+    time; the bodies and their masked copies held never pass ``MASKED_CHARS`` characters."""
+    monkeypatch.setattr(redact_module, "MASKED_CHARS", 400)
+    redactor = Redactor()
+    body = "login failed: password=Hunter2hunter2 for user bob " * 2
+    first = redactor.mask(body)
+    assert "Hunter2" not in first.text
+    assert first.kinds == ("secret",)
+    assert redactor.mask(body) is first
+    for i in range(20):
+        assert redactor.mask(f"{i} token={i}abcdefghijk").text == f"{i} token=[masked]"
+    held = redactor._masked
+    assert held.chars <= 400
+    assert held.chars == sum(len(k) + len(v.text) for k, v in held.entries.items())
+    assert body not in held.entries  # the oldest went first
+    assert redactor.mask(body) == first
+    assert redactor.mask("x" * 500).text == "x" * 500  # larger than the bound: never kept
+    assert "x" * 500 not in held.entries
+
+
 _TOKEN = re.compile(r"(?<![\w+/-])[A-Za-z0-9_-]{24,512}+={0,2}(?![\w+/-])")
 _TOKENISH = st.text(alphabet="aZ9_-=+/ .é\n", max_size=120) | st.builds(
     lambda a, b, c: a + b + c,

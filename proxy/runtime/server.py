@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-try:  # optional: a faster event loop where it is installed (the `speed` extra)
+try:  # the event loop mend runs on: a dependency except on Windows, which uvloop does not support
     import uvloop
-except ImportError:  # pragma: no cover - exercised only where uvloop is absent
+except ImportError:  # pragma: no cover - exercised only where uvloop is absent (Windows)
     uvloop = None  # type: ignore[assignment]
 
 from prometheus_client import CollectorRegistry
@@ -43,7 +43,8 @@ LOG_FLUSH_INTERVAL = 0.2
 
 
 def install_uvloop() -> None:
-    """uvloop's event loop where it is installed (the ``speed`` extra), else asyncio's own."""
+    """uvloop's event loop (a dependency except on Windows, which it does not support), else
+    asyncio's own."""
     if uvloop is not None:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
@@ -134,15 +135,18 @@ async def serve(
     worker: bool = False,
     source: ConfigSource | None = None,
     hangups: EarlyHangups | None = None,
+    engine: Engine | None = None,
 ) -> None:
     """Run until SIGINT/SIGTERM. A worker shares the agent port and leaves admin to its parent.
-    With a ``source`` (``--config``), every reload reads the config file again."""
+    With a ``source`` (``--config``), every reload reads the config file again. ``engine``: the
+    settings' rules, when the caller has already loaded them (``mend run`` does, to refuse to
+    start on a bad one), so start-up does not read and compile them twice."""
     out = LineWriter(sys.stdout, flush_interval=LOG_FLUSH_INTERVAL)
     logger = make_logger(out)
     # aiohttp's and asyncio's own records, as JSON lines, repeats counted once per interval
     stdlib = route_stdlib_logging(logger)
     try:
-        await _serve(settings, logger, worker=worker, source=source, hangups=hangups)
+        await _serve(settings, logger, worker=worker, source=source, hangups=hangups, engine=engine)
     finally:
         stdlib.flush()
         out.flush()
@@ -180,6 +184,7 @@ async def _serve(
     worker: bool,
     source: ConfigSource | None = None,
     hangups: EarlyHangups | None = None,
+    engine: Engine | None = None,
 ) -> None:
     loop = asyncio.get_running_loop()
     nofile = raise_nofile()
@@ -194,6 +199,7 @@ async def _serve(
         settings,
         registry,
         logger=logger,
+        engine=engine,
         source=_reader(source, nofile),
         tracer=tracing.start(traced),
     )

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 import orjson
@@ -21,19 +21,17 @@ from proxy.observation import tracing
 from proxy.policy import nesting
 from proxy.policy.engine import Engine
 from proxy.policy.exchange import NOT_JSON
-from proxy.policy.openapi import report as openapi_report
-from proxy.policy.openapi.enrich import Request as EnrichRequest
-from proxy.policy.openapi.spec import Mount, Spec
 from proxy.policy.protocols.base import ProtocolName
-from proxy.policy.redaction import explain as redaction_explain
 from proxy.policy.redaction.sets import build_set, load_shipped
 from proxy.policy.rulefile import RuleError, load_rules, rule_files
 from proxy.policy.ruleset import RuleSet
 from proxy.runtime.server import EarlyHangups, install_uvloop, serve
 from proxy.runtime.settings import PACKAGED_RULES, ConfigSource, Route, Settings, load_settings
 from proxy.runtime.workers import run_workers
-from proxy.tools import explain as explaining
-from proxy.tools import ruletest
+
+if TYPE_CHECKING:  # what only `mend test`, `explain` and `check --openapi` use, imported by them
+    from proxy.policy.openapi.spec import Spec
+    from proxy.tools import explain as explaining
 
 
 def _config_source(args: argparse.Namespace, overrides: dict[str, object]) -> ConfigSource:
@@ -235,7 +233,7 @@ def _run(args: argparse.Namespace) -> int:
     hangups = EarlyHangups()  # a SIGHUP from here on is a reload once mend serves, not its end
     try:
         settings, source = _settings_from_args(args)
-        Engine.load(settings)  # refuse to start on the errors `mend check` reports
+        engine = Engine.load(settings)  # refuse to start on the errors `mend check` reports
     except RuleError as exc:  # one line a problem, as the logs and `mend check` say it
         return _errors(exc.problems)
     except StartupError as exc:
@@ -251,7 +249,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     install_uvloop()
     try:
-        asyncio.run(serve(settings, source=source, hangups=hangups))
+        asyncio.run(serve(settings, source=source, hangups=hangups, engine=engine))
     except OSError as exc:  # a listener could not bind: the port is taken, or not ours to take
         return _errors([_listen_problem(exc)])
     return 0
@@ -292,6 +290,9 @@ def _check(args: argparse.Namespace) -> int:
 def _check_openapi(path: Path) -> int:
     """``check --openapi FILE``: the document validated (thoroughly: every schema and operation,
     which ``mend run`` leaves out), and the operations mend recognises."""
+    from proxy.policy.openapi import report as openapi_report  # noqa: PLC0415 - a subcommand's own modules
+    from proxy.policy.openapi.spec import Spec  # noqa: PLC0415
+
     try:
         spec = Spec.load(path, thorough=True)
     except RuleError as exc:
@@ -303,6 +304,9 @@ def _check_openapi(path: Path) -> int:
 
 def _coverage(args: argparse.Namespace, settings: Settings | None, engine: Engine | None) -> int:
     """``check --coverage DIR``: which rules answer the recorded responses in DIR."""
+    from proxy.tools import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
+    from proxy.tools import ruletest  # noqa: PLC0415
+
     recorded, problems = ruletest.load_recorded(Path(args.coverage))
     if settings is not None and engine is not None:
         try:
@@ -330,6 +334,8 @@ def _coverage(args: argparse.Namespace, settings: Settings | None, engine: Engin
 
 
 def _test(args: argparse.Namespace) -> int:
+    from proxy.tools import ruletest  # noqa: PLC0415 - a subcommand's own modules
+
     paths = [Path(p) for p in args.paths] or [ruletest.DEFAULT_TESTS]
     report = ruletest.run_tests(
         paths,
@@ -341,6 +347,9 @@ def _test(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    from proxy.tools import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
+    from proxy.tools import ruletest  # noqa: PLC0415
+
     if args.redact is not None:
         return _explain_redaction(args)
     if args.status is None:
@@ -407,6 +416,11 @@ def _explain_openapi(
     request_body: explaining.RequestBody,
 ) -> dict[str, Any]:
     """The route's document applied to the explained envelope (in place), and what it used."""
+    from proxy.policy.openapi import report as openapi_report  # noqa: PLC0415
+    from proxy.policy.openapi.enrich import Request as EnrichRequest  # noqa: PLC0415
+    from proxy.policy.openapi.spec import Mount  # noqa: PLC0415
+    from proxy.tools import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
+
     sent = nesting.loads(request_body.body) if request_body.body else NOT_JSON
     request = EnrichRequest(
         method=args.method.upper(),
@@ -429,6 +443,9 @@ def _explain_openapi(
 def _explain_redaction(args: argparse.Namespace) -> int:
     """``explain --redact FILE``: the text as an agent and as the log get it, act by act, with
     the shipped detectors (and, with ``--config``, the route's ``redaction:`` additions)."""
+    from proxy.policy.redaction import explain as redaction_explain  # noqa: PLC0415
+    from proxy.tools import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
+
     try:
         if args.redact == "-":
             text = sys.stdin.read()
@@ -456,6 +473,8 @@ def _explain_redaction(args: argparse.Namespace) -> int:
 
 def _request_body(args: argparse.Namespace) -> explaining.RequestBody:
     """``--protocol`` and the request's body and query, for a protocol's answer."""
+    from proxy.tools import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
+
     if args.request_body_file:
         body: bytes | None = Path(args.request_body_file).read_bytes()
     else:

@@ -19,14 +19,14 @@ import re
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from referencing import Registry, Resource
-from referencing.exceptions import Unresolvable
-from referencing.jsonschema import DRAFT4, DRAFT202012
 
 from proxy.policy.rulefile import MAX_YAML_DEPTH, Lines, RuleError, parse_yaml
+
+if TYPE_CHECKING:  # referencing is imported by what loads a document: a mend without one skips it
+    from referencing import Registry
 
 #: The document's own URI inside the schema registry: every ``#/...`` is relative to it.
 BASE_URI = "urn:mend:openapi"
@@ -166,6 +166,9 @@ def json_lines(raw: bytes, wanted: Collection[tuple[Any, ...]]) -> Lines:
 def check_document(data: Any, lines: LineSource, name: str, thorough: bool = False) -> Document:
     """``data`` checked: against the specification's schema, its ``$ref``s, and with
     ``thorough`` every schema and operation (``openapi-spec-validator``)."""
+    from referencing import Registry, Resource  # noqa: PLC0415 - see TYPE_CHECKING above
+    from referencing.jsonschema import DRAFT4, DRAFT202012  # noqa: PLC0415
+
     if not isinstance(data, Mapping):
         raise RuleError([f"{name}:1: an OpenAPI document is a mapping (openapi:, info:, paths:)"])
     version = str(data.get("openapi", ""))
@@ -215,6 +218,7 @@ def _schema_problems(data: Any, version: str, thorough: bool) -> list[tuple[tupl
         openapi_v30_schema_validator,
         openapi_v31_schema_validator,
     )
+    from referencing.exceptions import Unresolvable  # noqa: PLC0415
 
     found: list[tuple[tuple[Any, ...], str]] = []
     try:
@@ -245,6 +249,8 @@ def _dangling(
     document: Document, refs: list[tuple[tuple[Any, ...], str]]
 ) -> list[tuple[tuple[Any, ...], str]]:
     """Each ``$ref`` that names nothing in the document (each distinct one looked up once)."""
+    from referencing.exceptions import Unresolvable  # noqa: PLC0415
+
     out: list[tuple[tuple[Any, ...], str]] = []
     seen: set[str] = set()
     for path, ref in refs:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from proxy.policy.nesting import exceeds_depth
@@ -44,6 +44,9 @@ _KIND_ORDER = {kind: i for i, kind in enumerate(KINDS)}
 #: Short texts (field names, reasons, messages) are remembered with their result.
 CACHED_LENGTH = 256
 CACHE_SIZE = 4096
+#: The log's masked upstream bodies, remembered whole (an upstream repeats its error bodies):
+#: the characters of the bodies and their masked copies kept, at most.
+MASKED_CHARS = 1 << 20
 
 _ESCAPES = re.compile(r"\\r\\n|\\n|\\r|\\t")
 # Plain prose (short words and numbers, light punctuation) cannot hold a path, host, address,
@@ -73,6 +76,33 @@ def _unescape(match: re.Match[str]) -> str:
     return {"\\t": "\t", "\\r": "\n"}.get(match.group(0), "\n")
 
 
+class _Remembered:
+    """The log's masked bodies by body: an upstream repeats its error bodies, and masking a 2 KB
+    one took 130-330 k instructions (issue 29) where a look-up hashes it once. Oldest out first;
+    the bodies and their masked copies held are ``MASKED_CHARS`` characters at most."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, Scrubbed] = {}
+        self.chars = 0
+
+    def get(self, text: str, mask: Callable[[str], Scrubbed]) -> Scrubbed:
+        found = self.entries.get(text)
+        if found is None:
+            found = mask(text)
+            self.keep(text, found)
+        return found
+
+    def keep(self, text: str, masked: Scrubbed) -> None:
+        size = len(text) + len(masked.text)
+        if size > MASKED_CHARS:
+            return
+        while self.chars + size > MASKED_CHARS:
+            oldest = next(iter(self.entries))
+            self.chars -= len(oldest) + len(self.entries.pop(oldest).text)
+        self.entries[text] = masked
+        self.chars += size
+
+
 class Redactor:
     """Runs one compiled detector set (the shipped one by default); shared by every request.
 
@@ -92,6 +122,7 @@ class Redactor:
     ) -> None:
         self.detectors = detectors if detectors is not None else default_set()
         self._cache: dict[str, Scrubbed] = {}
+        self._masked = _Remembered()
         self._max_length = max_length
         self._neutral = neutral
         self._scan_limit = scan_limit
@@ -113,7 +144,11 @@ class Redactor:
         )
 
     def mask(self, text: str) -> Scrubbed:
-        """Mask secrets only; everything else (traces, paths, hosts) stays for the operator."""
+        """Mask secrets only; everything else (traces, paths, hosts) stays for the operator;
+        a body seen before is answered from memory (``_Remembered``)."""
+        return self._masked.get(text, self._mask) if self._caching else self._mask(text)
+
+    def _mask(self, text: str) -> Scrubbed:
         kinds: list[str] = []
         masked = self._clauses.mask(text, "[masked]", kinds)
         for unit in self.detectors.log_replaces:  # an operator's internal names

@@ -24,6 +24,7 @@ from proxy.policy.openapi.check_first import checked_first
 from proxy.policy.openapi.enrich import Request, enrich
 from proxy.policy.openapi.spec import Mount, Spec
 from proxy.policy.openapi.validate import Violation
+from proxy.policy.protocols.base import replayed
 from proxy.runtime.settings import Route
 
 #: Bytes of a request body read to check it; a longer body goes unchecked (its parameters are
@@ -101,7 +102,7 @@ class OpenAPIGate:
         if violations:
             request[_VIOLATIONS] = violations
             raise RequestInvalid(violations)
-        return None if body is None else _replay(head, body, complete)
+        return None if body is None else replayed(head, body, complete)
 
     def template(self, request: web.BaseRequest, route: Route) -> str | None:
         """The documented path template of the request's operation, as the agent writes it
@@ -148,13 +149,3 @@ class OpenAPIGate:
             return envelope
         mount = self._mount(route)
         return checked_first(envelope, spec, mount, request.method, request.rel_url.raw_path)
-
-
-async def _replay(
-    head: list[bytes], rest: AsyncIterator[bytes], complete: bool
-) -> AsyncIterator[bytes]:
-    for chunk in head:
-        yield chunk
-    if not complete:
-        async for chunk in rest:
-            yield chunk

@@ -42,7 +42,7 @@ from proxy import __version__
 from proxy.observation.tracing import TraceConfig
 from proxy.policy.envelope import Envelope, Severity
 from proxy.policy.exchange import Exchange
-from proxy.policy.protocols.base import Call, ProtocolName
+from proxy.policy.protocols.base import Call, ProtocolName, replayed
 from proxy.policy.protocols.graphql import GraphQL
 from proxy.policy.protocols.jsonrpc import NO_ID, JsonRpc
 from proxy.runtime.generation import RouteRuntime
@@ -255,7 +255,7 @@ class RequestTrace:
                 break
         if call.complete:
             self._adopt(_meta_carrier(call))
-        return _replay(head, body, call.ended)
+        return replayed(head, body, call.ended)
 
     def _adopt(self, carrier: dict[str, str] | None) -> None:
         if carrier is None:
@@ -409,13 +409,3 @@ def _protocol(
         attributes["graphql.operation.name"] = operation
         return operation
     return None
-
-
-async def _replay(
-    head: list[bytes], rest: AsyncIterator[bytes], complete: bool
-) -> AsyncIterator[bytes]:
-    for chunk in head:
-        yield chunk
-    if not complete:
-        async for chunk in rest:
-            yield chunk

@@ -17,7 +17,7 @@ of a JSON body as it streams upstream, and it is parsed only when a response nee
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -240,3 +240,15 @@ class Protocol(ABC):
     def render_whole(self, call: Call, envelope: Envelope, status: int) -> Rendered | None:
         """One envelope for the whole request (an error not in the protocol's shape); ``None``
         when the request holds nothing to answer in the protocol (an MCP GET, a DELETE)."""
+
+
+async def replayed(
+    head: list[bytes], rest: AsyncIterator[bytes], complete: bool
+) -> AsyncIterator[bytes]:
+    """A body whose first chunks (``head``) were read to look at it, sent on as it came: those
+    chunks, then the rest as it arrives (nothing more when ``complete``)."""
+    for chunk in head:
+        yield chunk
+    if not complete:
+        async for chunk in rest:
+            yield chunk

@@ -27,10 +27,18 @@ SERVER = Path(__file__).with_name("mcp_sdk1_server.py")
 
 
 @asynccontextmanager
-async def asgi_server(app: Any) -> AsyncIterator[str]:
-    """``app`` under uvicorn on a free loopback port; its base URL; stopped after."""
+async def asgi_server(app: Any, *, grace_s: int | None = None) -> AsyncIterator[str]:
+    """``app`` under uvicorn on a free loopback port; its base URL; stopped after (a request
+    still running then is cancelled after ``grace_s``, else awaited)."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=grace_s,
+    )
     runner = uvicorn.Server(config)
     task = asyncio.create_task(runner.serve())
     async with asyncio.timeout(10):

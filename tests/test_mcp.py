@@ -20,13 +20,12 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from mcp import Client
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import Mend, StartMend
-from tests.mcp_servers import sdk1_server, sdk1_site
+from tests.mcp_servers import asgi_server, sdk1_server, sdk1_site
 from tests.test_app import free_port
 
 SECRET = "postgres://admin:Pl4ntedSecret@db.internal:5432/issues"
@@ -113,25 +112,9 @@ async def serving(
     server: MCPServer, *, json_response: bool, stateless: bool = False
 ) -> AsyncIterator[str]:
     """``server`` under uvicorn on a free loopback port; its base URL; stopped after."""
-    port = free_port()
     app = server.streamable_http_app(json_response=json_response, stateless_http=stateless)
-    config = uvicorn.Config(
-        failing_crash(app),
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        lifespan="on",
-    )
-    runner = uvicorn.Server(config)
-    task = asyncio.create_task(runner.serve())
-    async with asyncio.timeout(10):
-        while not runner.started:  # noqa: ASYNC110 (uvicorn offers a flag, not an event)
-            await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        runner.should_exit = True
-        await task
+    async with asgi_server(failing_crash(app)) as url:
+        yield url
 
 
 @asynccontextmanager

@@ -18,13 +18,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-import uvicorn
 from mcp import Client, MCPError
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
 from tests.conftest import Mend, StartMend
-from tests.test_app import free_port
+from tests.mcp_servers import asgi_server
 from tests.test_mcp import ANSWER_IDS, ANSWERS, MODES, session, through
 
 ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
@@ -107,26 +106,8 @@ def hang_on_calls(app: ASGIApp) -> ASGIApp:
 async def serving(app: ASGIApp, *, hang: bool = True) -> AsyncIterator[str]:
     """``app`` under uvicorn on a free loopback port (``hang``: behind ``hang_on_calls``); its
     base URL; stopped after (a hung call is cancelled after a second's grace)."""
-    port = free_port()
-    config = uvicorn.Config(
-        hang_on_calls(app) if hang else app,
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        lifespan="on",
-        timeout_graceful_shutdown=1,
-    )
-    runner = uvicorn.Server(config)
-    task = asyncio.create_task(runner.serve())
-    async with asyncio.timeout(10):
-        while not runner.started:  # noqa: ASYNC110 (uvicorn offers a flag, not an event)
-            await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        runner.should_exit = True
-        async with asyncio.timeout(10):
-            await task
+    async with asgi_server(hang_on_calls(app) if hang else app, grace_s=1) as url:
+        yield url
 
 
 @asynccontextmanager

@@ -289,6 +289,7 @@ async def test_unknown_tool_points_to_tools_list(
         result = await client.call_tool("get_widget", {"id": 1})
     error = envelope(result)
     assert (error["code"], error["next_operation"]) == ("TOOL_NOT_FOUND", "tools/list")
+    assert error["applied"] == "no"  # answered by mend: nothing was sent
     assert "tools/list" in text(result)
 
 

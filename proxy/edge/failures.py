@@ -32,6 +32,13 @@ class ProxyFailure(Exception):
         self.context = context
 
 
+class Refused(ProxyFailure):
+    """A request mend answers itself, never sending it upstream (CONTRACT §1 ``applied: "no"``)."""
+
+    upstream = False
+    applied: Applied | None = "no"
+
+
 class UpstreamUnreachable(ProxyFailure):
     rule, reason, status = "proxy.upstream_unreachable", "unreachable", 502
     applied = "no"  # no connection: nothing was sent
@@ -41,13 +48,11 @@ class UpstreamTimeout(ProxyFailure):
     rule, reason, status = "proxy.upstream_timeout", "timeout", 504
 
 
-class CircuitOpen(ProxyFailure):
+class CircuitOpen(Refused):
     """The route's circuit is open (``proxy/policy/crosscall/circuit.py``): answered at once, the
     upstream untouched; ``wait_ms`` is the time left."""
 
     rule, reason, status = "proxy.upstream_unavailable", "circuit_open", 503
-    upstream = False
-    applied = "no"
 
 
 class UpstreamProtocolError(ProxyFailure):
@@ -69,46 +74,36 @@ class UpstreamResponseTooLarge(ProxyFailure):
     applied = None  # the upstream answered (too much)
 
 
-class RequestTooLarge(ProxyFailure):
+class RequestTooLarge(Refused):
     rule, reason, status = "proxy.request_too_large", "request_too_large", 413
-    upstream = False
-    applied = "no"  # refused before it was sent (see ``upstream_errors`` for a body cut)
+    # refused before it was sent (see ``upstream_errors`` for a body cut)
 
 
-class ForwardProxyRefused(ProxyFailure):
+class ForwardProxyRefused(Refused):
     rule, reason, status = "proxy.forward_proxy_refused", "refused", 400
-    upstream = False
-    applied = "no"
 
 
-class TargetRefused(ProxyFailure):
+class TargetRefused(Refused):
     """A request target whose dot segments could leave the route's base path."""
 
     rule, reason, status = "proxy.invalid_request_target", "bad_target", 400
-    upstream = False
-    applied = "no"
 
 
-class RequestTimeout(ProxyFailure):
+class RequestTimeout(Refused):
     """The agent paused longer than the body timeout while sending its request body."""
 
     rule, reason, status = "proxy.request_timeout", "request_timeout", 408
-    upstream = False
-    applied = "no"  # refused before it was sent (see ``upstream_errors`` for a body cut)
+    # refused before it was sent (see ``upstream_errors`` for a body cut)
 
 
-class TooManyConnections(ProxyFailure):
+class TooManyConnections(Refused):
     rule, reason, status = "proxy.too_many_connections", "too_many_connections", 503
-    upstream = False
-    applied = "no"
 
 
-class MalformedRequest(ProxyFailure):
+class MalformedRequest(Refused):
     """A request aiohttp's parser refused; ``status`` is 400, 414 or 431."""
 
     rule, reason, status = "proxy.malformed_request", "malformed_request", 400
-    upstream = False
-    applied = "no"
 
 
 class UriTooLong(MalformedRequest):
@@ -119,10 +114,8 @@ class HeadersTooLarge(MalformedRequest):
     rule, reason, status = "proxy.headers_too_large", "headers_too_large", 431
 
 
-class RouteNotFound(ProxyFailure):
+class RouteNotFound(Refused):
     rule, reason, status = "proxy.route_not_found", "no_route", 404
-    upstream = False
-    applied = "no"
 
 
 class ProxyBug(ProxyFailure):

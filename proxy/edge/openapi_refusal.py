@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from proxy.edge.failures import ProxyFailure
+from proxy.edge.failures import Refused
 from proxy.policy.openapi.validate import Violation
 
 
-class RequestInvalid(ProxyFailure):
+class RequestInvalid(Refused):
     """Refused before the upstream: ``violations`` become the envelope's invalid fields."""
 
     rule, reason, status = "proxy.request_invalid", "request_invalid", 400
-    upstream = False
-    applied = "no"  # never sent (CONTRACT §1)
     #: the requests counter's outcome (``mend_requests_total{outcome="rejected"}``)
     outcome = "rejected"
 

@@ -28,7 +28,7 @@ from multidict import CIMultiDict
 from structlog.typing import FilteringBoundLogger
 
 from proxy import __version__
-from proxy.edge.failures import ProxyFailure
+from proxy.edge.failures import Refused
 from proxy.edge.mcptools import asgi, internal
 from proxy.edge.openapi_gate import PRESET
 from proxy.observation.request_id import request_id
@@ -69,11 +69,10 @@ PASSED_HEADERS = (
 )
 
 
-class ToolNotFound(ProxyFailure):
+class ToolNotFound(Refused):
     """``tools/call`` named a tool the route's document does not have."""
 
     rule, reason, status = "proxy.tool_not_found", "tool_not_found", 404
-    upstream = False
 
 
 def mcp_paths(routes: tuple[Route, ...] | list[Route]) -> dict[str, str]:

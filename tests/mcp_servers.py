@@ -26,6 +26,26 @@ SDK1 = "mcp==1.30.0"
 SERVER = Path(__file__).with_name("mcp_sdk1_server.py")
 
 
+async def read_whole(receive: Any) -> tuple[bytes, Any]:
+    """An ASGI request's whole body, and a ``receive`` that hands the app the same messages
+    again (for middleware that must look at a call before the app does)."""
+    messages, body, more = [], b"", True
+    while more:
+        message = await receive()
+        messages.append(message)
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    replay = iter(messages)
+
+    async def receive_again() -> Any:
+        try:
+            return next(replay)
+        except StopIteration:
+            return await receive()
+
+    return body, receive_again
+
+
 @asynccontextmanager
 async def asgi_server(app: Any, *, grace_s: int | None = None) -> AsyncIterator[str]:
     """``app`` under uvicorn on a free loopback port; its base URL; stopped after (a request

@@ -25,7 +25,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
 
 from tests.conftest import Mend, StartMend
-from tests.mcp_servers import asgi_server, sdk1_server, sdk1_site
+from tests.mcp_servers import asgi_server, read_whole, sdk1_server, sdk1_site
 from tests.test_app import free_port
 
 SECRET = "postgres://admin:Pl4ntedSecret@db.internal:5432/issues"
@@ -80,12 +80,7 @@ def failing_crash(app: ASGIApp) -> ASGIApp:
         if scope["type"] != "http" or scope["method"] != "POST":
             await app(scope, receive, send)
             return
-        messages, body, more = [], b"", True
-        while more:
-            message = await receive()
-            messages.append(message)
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body, receive_again = await read_whole(receive)
         call = json.loads(body)
         if call.get("method") == "tools/call" and call["params"]["name"] == "crash":
             error = {"code": -32603, "message": f"Internal error: {SECRET}\n{TRACE}"}
@@ -94,14 +89,6 @@ def failing_crash(app: ASGIApp) -> ASGIApp:
             await send({"type": "http.response.start", "status": 500, "headers": headers})
             await send({"type": "http.response.body", "body": payload})
             return
-        replay = iter(messages)
-
-        async def receive_again() -> Any:
-            try:
-                return next(replay)
-            except StopIteration:
-                return await receive()
-
         await app(scope, receive_again, send)
 
     return wrapped

@@ -23,7 +23,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
 from tests.conftest import Mend, StartMend
-from tests.mcp_servers import asgi_server
+from tests.mcp_servers import asgi_server, read_whole
 from tests.test_mcp import ANSWER_IDS, ANSWERS, MODES, session, through
 
 ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
@@ -80,23 +80,10 @@ def hang_on_calls(app: ASGIApp) -> ASGIApp:
         if scope["type"] != "http" or scope["method"] != "POST":
             await app(scope, receive, send)
             return
-        messages, body, more = [], b"", True
-        while more:
-            message = await receive()
-            messages.append(message)
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body, receive_again = await read_whole(receive)
         if json.loads(body).get("method") == "tools/call":
             await asyncio.sleep(30)  # mend gives up long before; uvicorn cancels this at exit
             return
-        replay = iter(messages)
-
-        async def receive_again() -> Any:
-            try:
-                return next(replay)
-            except StopIteration:
-                return await receive()
-
         await app(scope, receive_again, send)
 
     return wrapped

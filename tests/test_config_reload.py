@@ -154,13 +154,13 @@ async def test_a_request_in_flight_finishes_on_the_configuration_it_started_with
     running.config.write_text(config_text(b.url))
     assert (await running.reload())[0] == 200
     assert await running.who() == "B"
-    old = next(iter(running.server.proxy._draining))
+    old = next(iter(running.server.proxy.generations.draining))
     assert old.active == 1  # still serving the slow request, on its own pool
     assert old.upstreams._sessions
     a.release.set()
     response = await in_flight
     assert await response.json() == {"upstream": "A", "slow": True}
-    await eventually(lambda: not running.server.proxy._draining and not old.upstreams._sessions)
+    await eventually(lambda: not running.server.proxy.generations.draining and not old.upstreams._sessions)
 
 
 async def test_an_unchanged_route_keeps_its_warm_connections_across_a_reload(

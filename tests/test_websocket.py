@@ -237,7 +237,7 @@ def mend_server(mend: Mend) -> MendServer:
 
 
 def tunnel_of(mend: Mend) -> Tunnel:
-    (tunnel,) = mend_server(mend).proxy.tunnels
+    (tunnel,) = mend_server(mend).proxy.websockets.tunnels
     return tunnel
 
 

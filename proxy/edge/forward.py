@@ -76,7 +76,7 @@ def upstream_request_headers(
     upstream_host: str | None,
     preserve_host: bool,
 ) -> CIMultiDict[str]:
-    # Expect is answered by mend itself (``Proxy._body``), as Envoy and nginx do
+    # Expect is answered by mend itself (``proxy/edge/agent_body.py``), as Envoy and nginx do
     out = end_to_end(headers, drop=("expect",) if preserve_host else ("host", "expect"))
     if client_ip:
         prior = out.get("X-Forwarded-For")

@@ -15,7 +15,8 @@ request of its generation ends, never under one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import aiohttp
@@ -114,6 +115,61 @@ class Generation:
         (no request runs on it); else the last one to ``leave`` says so."""
         self.retired = True
         return self.active == 0
+
+
+class Generations:
+    """The configuration in force, and the retired ones requests still run on."""
+
+    def __init__(
+        self, loaded: Loaded, changed: Callable[[Settings, Settings], None] | None = None
+    ) -> None:
+        self._current = Generation.first(loaded)
+        #: called with the old and the new settings when a reload changed them
+        self._changed = changed
+        #: retired generations with requests still running on them, and pools being closed
+        self.draining: set[Generation] = set()
+        self._closing: set[asyncio.Future[None]] = set()
+
+    def current(self, loaded: Loaded) -> Generation:
+        """The generation of ``loaded`` (the last configuration the store loaded)."""
+        generation = self._current
+        if generation.loaded is not loaded:
+            generation = self._advance(generation, loaded)
+        return generation
+
+    def enter(self, loaded: Loaded) -> Generation:
+        """The generation a request arriving now runs on, to its end (``leave``)."""
+        generation = self.current(loaded)
+        generation.active += 1
+        return generation
+
+    def leave(self, generation: Generation) -> None:
+        """A request ended; the last one out of a retired generation closes its pools."""
+        if generation.leave():
+            self._close(generation)
+
+    def _advance(self, old: Generation, loaded: Loaded) -> Generation:
+        """A reload happened: new requests run on the new configuration; the old one closes its
+        pools once its last request ends."""
+        new = self._current = old.succeeded_by(loaded)
+        if loaded.settings != old.settings and self._changed is not None:
+            self._changed(old.settings, loaded.settings)
+        self.draining.add(old)
+        if old.retire():
+            self._close(old)
+        return new
+
+    def _close(self, generation: Generation) -> None:
+        self.draining.discard(generation)
+        closing = asyncio.ensure_future(generation.upstreams.close())
+        self._closing.add(closing)  # the loop holds tasks weakly
+        closing.add_done_callback(self._closing.discard)
+
+    async def close(self) -> None:
+        """Close every pool: the configuration in force's, and any a drained request left."""
+        for generation in [*self.draining, self._current]:
+            self._close(generation)
+        await asyncio.gather(*self._closing)
 
 
 def _same_connections(old: Route, new: Route) -> bool:

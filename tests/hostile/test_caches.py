@@ -14,7 +14,7 @@ PATH_BYTES = 8 << 10
 
 
 def fingerprint(n: int) -> str:
-    """What proxy/runtime/app.py builds for a request whose path and query are 8 KB."""
+    """What proxy/runtime/proxy.py builds for a request whose path and query are 8 KB."""
     return f"203.0.113.7|POST|/orders/{n:06d}?q={'x' * PATH_BYTES}|512"
 
 

@@ -7,7 +7,7 @@ listener, no TLS to mend itself, and each ``--workers`` process answers its own 
 
 Two request keys are the whole interface with the proxy: ``REFUSED`` (a failure decided before
 any request could be made: an unknown tool; the proxy answers it as its own failure) and
-``ENVELOPE`` (the envelope the proxy answered with, set by ``Proxy._reply``), beside the gate's
+``ENVELOPE`` (the envelope the proxy answered with, set by ``envelope_steps.Reply``), beside the gate's
 ``PRESET`` (violations of the arguments that HTTP cannot carry).
 """
 

@@ -1,6 +1,6 @@
 """The envelope post-processor: what a route's OpenAPI document adds to an envelope.
 
-Called once per envelope, after it is built (``Proxy._reply``); a route without a document costs
+Called once per envelope, after it is built (``envelope_steps.Enrich``); a route without a document costs
 one dictionary lookup, and a success never gets here. It adds:
 
 - ``operation`` and ``example_request`` for a documented operation;

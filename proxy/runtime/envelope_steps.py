@@ -1,0 +1,294 @@
+"""What happens to an answer's envelopes after a rule matched, as an ordered list of steps.
+
+As structlog's processors: each step takes the flow, the exchange the envelopes were built from
+and the answer, and returns the answer. ``Proxy`` runs them in this order for an upstream error
+and for a failure mend met itself:
+
+1. ``Review``: the cross-call view (CONTRACT §7): repeats, session patterns, escalation.
+2. ``Count``: every envelope into the metrics (code, redactions, repeats).
+3. ``Enrich``: what the route's OpenAPI document adds (fields, next operation, check first).
+4. ``Reply``: the response carrying the envelopes, with the headers every envelope gets (§3).
+
+An event stream's errors (``proxy/runtime/events.py``) take the first two: each is rendered
+into its own event. A request refused before it reached a route takes ``Count`` and ``Reply``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from proxy.edge.mcptools import internal as tool_calls
+from proxy.edge.openapi_gate import OpenAPIGate
+from proxy.observation.metrics import Metrics, RepeatTracker
+from proxy.policy.crosscall.review import body_digest
+from proxy.policy.crosscall.view import CrossCall
+from proxy.policy.envelope import Action, Category, Envelope
+from proxy.policy.evaluate import Answer, Evaluation
+from proxy.policy.exchange import NOT_JSON, Exchange
+from proxy.policy.openapi.enrich import allow_header
+from proxy.policy.protocols.base import ProtocolName
+from proxy.policy.redaction import Redactor, is_internal_header
+from proxy.policy.render import Negotiator, Rendering, render, safe_header_value
+
+if TYPE_CHECKING:
+    from proxy.runtime.flow import Flow
+    from proxy.runtime.settings import Route
+
+#: A step: the answer, changed or not; the cross-call review waits on its store.
+Step = Callable[["Flow", Exchange, Answer], Answer | Awaitable[Answer]]
+
+#: Upstream headers an agent needs to act on an envelope; all others are dropped from envelopes.
+KEPT_ON_ENVELOPES = re.compile(
+    r"^(www-authenticate|allow|accept|accept-patch|accept-post|retry-after|"
+    r"(x-)?ratelimit(-.*)?|x-rate-limit-.*|mcp-session-id|mcp-protocol-version)$",
+    re.I,
+)
+#: errors of one response reviewed across calls (one store call each); the rest go as built
+REVIEWED_UNITS = 16
+#: kept upstream headers the client sends back as they came (never redacted)
+_TRANSPORT_ECHOES = frozenset({"mcp-session-id", "mcp-protocol-version"})
+#: Digest challenge parameters made for the client to send back verbatim: random by design,
+#: secrets to no one (RFC 7616 section 3.3); redacted, they made Digest authentication fail.
+_CHALLENGE_ECHOES = re.compile(r'(\b(?:nonce|opaque)=(?:"[^"]{0,512}"|[^\s,]{0,512}))', re.I)
+
+
+def answer_status(flow: Flow, exchange: Exchange) -> int:
+    """The status the envelopes answer: the failure's, else the upstream's."""
+    if flow.failure is not None:
+        return flow.failure.status
+    return exchange.status or 502
+
+
+async def run(steps: tuple[Step, ...], flow: Flow, exchange: Exchange, answer: Answer) -> Answer:
+    """``answer`` through ``steps``, in order."""
+    for step in steps:
+        result = step(flow, exchange, answer)
+        answer = result if isinstance(result, Answer) else await result
+    return answer
+
+
+class Review:
+    """The answer with this session's repeats and patterns in its envelopes (one store call per
+    error; none if the store does not answer in time). A response holding several errors (a
+    batch, GraphQL errors) has each of its first ``REVIEWED_UNITS`` reviewed on its own, known
+    by what it answers (``Unit.key``)."""
+
+    def __init__(self, crosscall: CrossCall) -> None:
+        self.crosscall = crosscall
+
+    async def __call__(self, flow: Flow, exchange: Exchange, answer: Answer) -> Answer:
+        if not answer.evaluations:
+            return answer
+        call = flow.call
+        length = flow.request.content_length
+        if length is None and call is not None:
+            length = call.seen
+        body = body_digest(bytes(call.tee) if call and call.tee is not None else None, length)
+        if len(answer.evaluations) == 1 and len(answer.units) <= 1:
+            reviewed = [await self._one(flow, exchange, answer.evaluations[0], body)]
+        else:
+            pairs = list(zip(answer.evaluations, answer.units, strict=True))[:REVIEWED_UNITS]
+            reviewed = list(
+                await asyncio.gather(
+                    *(self._one(flow, exchange, e, f"{body}#{unit.key}") for e, unit in pairs)
+                )
+            )
+        changed = {
+            id(evaluation.envelope): envelope
+            for evaluation, envelope in zip(answer.evaluations, reviewed, strict=False)
+            if envelope is not evaluation.envelope
+        }
+        if changed:
+            _put_back(flow, exchange, answer, changed)
+        return answer
+
+    async def _one(
+        self, flow: Flow, exchange: Exchange, evaluation: Evaluation, body: str
+    ) -> Envelope:
+        """One failure counted into its session (``crosscall/review.py``)."""
+        request = flow.request
+        return await self.crosscall.review.envelope(
+            evaluation.envelope,
+            headers=request.headers,
+            client=request.remote,
+            method=request.method,
+            route=exchange.route,
+            path=request.raw_path,
+            body=body,
+        )
+
+
+def _put_back(flow: Flow, exchange: Exchange, answer: Answer, changed: dict[int, Envelope]) -> None:
+    """Reviewed envelopes in place of those built, and the protocol's body made again."""
+    for evaluation in answer.evaluations:
+        evaluation.envelope = changed.get(id(evaluation.envelope), evaluation.envelope)
+    protocol, call = answer.protocol, flow.call
+    if protocol is None or answer.rendered is None or call is None:
+        return
+    if answer.outcomes:  # errors in the protocol's shape, put back in place
+        answer.outcomes = [(u, changed.get(id(e), e)) for u, e in answer.outcomes]
+        answer.rendered = protocol.render(call, exchange, answer.outcomes)
+    else:
+        envelope = answer.evaluations[0].envelope
+        answer.rendered = protocol.render_whole(call, envelope, answer_status(flow, exchange))
+
+
+class Count:
+    """Each envelope into the metrics: its code, its redactions, whether it repeats."""
+
+    def __init__(self, metrics: Metrics, repeats: RepeatTracker) -> None:
+        self.metrics = metrics
+        self.repeats = repeats
+
+    def __call__(self, flow: Flow, exchange: Exchange, answer: Answer) -> Answer:
+        protocol = answer.protocol.name.value if answer.protocol else ProtocolName.HTTP.value
+        trace_id = flow.trace.sampled_id if flow.trace is not None else None
+        request = flow.request
+        for evaluation in answer.evaluations:
+            envelope = evaluation.envelope
+            self.metrics.envelope(
+                exchange.route,
+                envelope,
+                fallback=evaluation.match.rule.is_fallback,
+                protocol=protocol,
+                trace_id=trace_id,
+            )
+            self.metrics.redacted(evaluation.redactions)
+            fingerprint = (
+                f"{request.remote}|{request.method}|{request.path_qs}|{request.content_length}"
+            )
+            if self.repeats.seen_again(fingerprint, envelope.code):
+                action = envelope.action.value
+                self.metrics.repeats.labels(exchange.route, envelope.code, action).inc()
+        return answer
+
+
+class Enrich:
+    """What the route's OpenAPI document knows, added to an envelope going as plain HTTP: the
+    field's constraints, the operation to call instead, a check first for a request that may
+    have taken effect. A failure mend met itself has no upstream body, nor a call to cite."""
+
+    def __init__(self, openapi: OpenAPIGate) -> None:
+        self.openapi = openapi
+
+    def __call__(self, flow: Flow, exchange: Exchange, answer: Answer) -> Answer:
+        route, request = flow.route, flow.request
+        if answer.rendered is not None or route is None or route.openapi is None:
+            return answer
+        if request.transport is None and tool_calls.REFUSED in request:  # no call was made
+            return answer
+        first = answer.evaluations[0]
+        document = exchange.json if exchange.is_json else None
+        call = flow.call if flow.failure is None else None
+        sent = call.document() if call is not None else NOT_JSON  # the JSON body kept aside
+        envelope = self.openapi.enrich(request, route, first.envelope, document, sent)
+        if envelope.applied == "unknown" and envelope.action is Action.ESCALATE:
+            envelope = self.openapi.check_first(request, route, envelope)  # not retryable
+        first.envelope = envelope
+        return answer
+
+
+class Reply:
+    """The response carrying the envelopes: the protocol's rendering, else the first envelope in
+    the rendering ``Accept`` (or the route) asks for; with the headers every envelope gets
+    (CONTRACT §3): kept upstream headers (redacted), ``Allow`` on a 405, the request id, the
+    code, the upstream's status, ``Retry-After``."""
+
+    def __init__(self, metrics: Metrics, negotiator: Negotiator) -> None:
+        self.metrics = metrics
+        self.negotiator = negotiator
+
+    def __call__(self, flow: Flow, exchange: Exchange, answer: Answer) -> Answer:
+        route, request = flow.route, flow.request
+        envelope = answer.evaluations[0].envelope
+        http_status, body, content_type = self._body(flow, answer, answer_status(flow, exchange))
+        headers = CIMultiDict[str]()
+        if flow.upstream is not None and flow.failure is None:
+            self._kept(flow, headers)
+        if envelope.category is Category.METHOD_NOT_ALLOWED and "Allow" not in headers:
+            allow = allow_header(envelope.allowed_values)  # RFC 9110: a 405 says what is
+            if allow is not None:
+                headers["Allow"] = allow
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        headers["X-Request-ID"] = envelope.request_id
+        headers["X-Error-Code"] = safe_header_value(envelope.code)
+        if not (route and route.force_rendering):
+            headers["Vary"] = "Accept"  # the body depends on Accept: caches must key on it
+        headers["Server"] = "mend"  # never the default "Python/x aiohttp/y" banner
+        if envelope.upstream_status is not None and envelope.upstream_status != http_status:
+            headers["X-Upstream-Status"] = str(envelope.upstream_status)
+        if envelope.retryable and envelope.retry_after_ms is not None:
+            headers["Retry-After"] = str(math.ceil(envelope.retry_after_ms / 1000))
+        if request.transport is None:  # an MCP tool's call: what its result is made of
+            request[tool_calls.ENVELOPE] = envelope
+        flow.response = web.Response(status=http_status, body=body, headers=headers)
+        flow.envelope = envelope
+        return answer
+
+    def _body(self, flow: Flow, answer: Answer, status: int) -> tuple[int, bytes, str | None]:
+        """The status, body and content type: the protocol's, or the envelope rendered; a route
+        with ``status: 200`` answers every error with a 200."""
+        route = flow.route
+        if answer.rendered is not None:
+            rendered = answer.rendered
+            return _status_for(route, rendered.status), rendered.body, rendered.content_type
+        status = _status_for(route, status)
+        default = route.rendering if route else Rendering.JSON
+        rendering = (
+            default
+            if route and route.force_rendering
+            else self.negotiator.choose(flow.request.headers.get("Accept"), default)
+        )
+        body, content_type = render(answer.evaluations[0].envelope, rendering, status)
+        return status, body, content_type
+
+    def _kept(self, flow: Flow, headers: CIMultiDict[str]) -> None:
+        """The upstream's headers an agent needs, redacted; its cookies as they came (the
+        agent's own session: a cookie set with a 401 or a 409 must still reach it)."""
+        assert flow.upstream is not None
+        upstream_headers = flow.upstream.headers
+        for cookie in upstream_headers.getall("Set-Cookie", ()):
+            headers.add("Set-Cookie", cookie)
+        kinds: list[str] = []
+        redactor = None
+        for name, value in upstream_headers.items():
+            if KEPT_ON_ENVELOPES.match(name) and not is_internal_header(name):
+                redactor = redactor or flow.redactor()
+                text = _scrub_header(name, value, redactor, kinds)
+                if text:
+                    headers.add(name, safe_header_value(text, limit=2048))
+        self.metrics.redacted(kinds)
+
+
+def _status_for(route: Route | None, status: int) -> int:
+    """The HTTP status an error goes with: 200 on a route with ``status: 200``."""
+    return 200 if route is not None and route.status == 200 and status >= 400 else status
+
+
+def _scrub_header(name: str, value: str, redactor: Redactor, kinds: list[str]) -> str:
+    """A kept upstream header for an envelope, redacted; a challenge's nonce and opaque are
+    kept as sent, the rest of it (realm, error_description) is redacted like any text. MCP's
+    session id and revision are the transport's, echoed by the client: kept as sent (a session
+    id looks like a key, and a masked one ends the session)."""
+    if name.lower() in _TRANSPORT_ECHOES:
+        return value
+    pieces = _CHALLENGE_ECHOES.split(value) if name.lower() == "www-authenticate" else [value]
+    out = []
+    for index, piece in enumerate(pieces):
+        if index % 2 or not piece.strip(" ,"):  # a nonce= or opaque= parameter, or a comma
+            out.append(piece)
+            continue
+        core = piece.strip()
+        scrubbed = redactor.scrub(core)
+        kinds.extend(scrubbed.kinds)
+        start = piece.index(core)
+        out.append(piece[:start] + scrubbed.text + piece[start + len(core) :])
+    return "".join(out)

@@ -1,0 +1,183 @@
+"""One request on its way through mend: what the pipeline learns about it, in one value.
+
+As mitmproxy's ``HTTPFlow`` and httpx's one ``Request`` passed down its send chain: the proxy
+(``proxy/runtime/proxy.py``) makes a ``Flow`` when a request arrives and hands it to every step,
+which reads what it needs and writes what it found (the call, the upstream's answer, the
+response, the outcome), instead of passing eight arguments from method to method. The policy
+floor never sees a ``Flow``: it gets the ``Exchange`` inside it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from proxy.edge import redirect
+from proxy.edge.passthrough import Redirect
+from proxy.observation.request_id import request_id
+from proxy.policy.exchange import Exchange
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from proxy.edge.failures import ProxyFailure
+    from proxy.observation.traces import RequestTrace
+    from proxy.policy.build import BuildOptions
+    from proxy.policy.envelope import Envelope
+    from proxy.policy.protocols.base import Call
+    from proxy.policy.redaction import Redactor
+    from proxy.runtime.generation import Generation, RouteRuntime
+    from proxy.runtime.settings import Route
+
+#: A ``Host`` (or ``X-Forwarded-Host``) that is a plain host and port; any other is ignored.
+_HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
+
+
+@dataclass(slots=True, eq=False)
+class Flow:
+    """One request from its first byte to its log line."""
+
+    request: web.BaseRequest
+    #: the configuration the request runs on, from its first byte to its last
+    generation: Generation
+    #: what the policy floor sees of the request and, once read, of the upstream's answer
+    exchange: Exchange
+    #: the route the path falls under (``None``: no route; the request is refused)
+    runtime: RouteRuntime | None
+    #: ``time.perf_counter()`` when the request arrived
+    started: float
+    #: the request's spans, when tracing is on (``proxy/observation/traces.py``)
+    trace: RequestTrace | None = None
+    #: what the agent speaks (``proxy/policy/protocols``), when the route or the request says
+    call: Call | None = None
+    #: the operation whose circuit the request counts in (CONTRACT §7), when circuits are on
+    operation: str | None = None
+    #: the upstream's response, once its head arrived
+    upstream: aiohttp.ClientResponse | None = None
+    #: seconds from arrival to the upstream's response head
+    upstream_s: float | None = None
+    #: seconds spent waiting on the upstream: its response head, an error body being read
+    waited_s: float = 0.0
+    #: what the agent gets, once decided
+    response: web.StreamResponse | None = None
+    #: how the request ended, for the log line and ``mend_requests_total``
+    outcome: str = "passthrough"
+    #: the (first) envelope the agent got, if any
+    envelope: Envelope | None = None
+    #: the failure mend met itself, if any (``proxy/edge/failures.py``)
+    failure: ProxyFailure | None = None
+    #: logged and counted (``proxy/runtime/record.py``); a WebSocket is, when its 101 goes out
+    recorded: bool = False
+
+    @classmethod
+    def begin(
+        cls,
+        request: web.BaseRequest,
+        generation: Generation,
+        trace: RequestTrace | None,
+        runtime: RouteRuntime | None,
+    ) -> Flow:
+        """The flow of a request that just arrived, with its request id (CONTRACT §5)."""
+        rid = request_id(request.headers, trace.trace_id if trace is not None else None)
+        route = runtime.route.name if runtime is not None else "none"
+        exchange = exchange_of(request, rid, route)
+        flow = cls(request, generation, exchange, runtime, time.perf_counter(), trace)
+        request[FLOW] = flow
+        return flow
+
+    @property
+    def route(self) -> Route | None:
+        return self.runtime.route if self.runtime is not None else None
+
+    @property
+    def request_id(self) -> str:
+        return self.exchange.request_id
+
+    def answered(
+        self,
+        response: web.StreamResponse,
+        outcome: str,
+        envelope: Envelope | None = None,
+    ) -> None:
+        """What the agent gets, and how the request ended."""
+        self.response, self.outcome = response, outcome
+        if envelope is not None:
+            self.envelope = envelope
+
+    def hung_up(self) -> None:
+        """The agent closed its connection before its answer: nginx's 499, logged, never sent."""
+        self.answered(web.Response(status=499), "client_closed")
+
+    def redactor(self) -> Redactor:
+        """The route's redactor in the request's configuration: the shipped detectors with its
+        ``redaction:`` additions, swapped with the rules on reload."""
+        return self.generation.loaded.engine.redactor_for(self.exchange.route)
+
+    def options(self) -> BuildOptions:
+        """How envelopes are built here; the catalog's links name the host the agent used when
+        no ``public_url`` is set."""
+        gen, request = self.generation, self.request
+        if gen.options.docs_base_url:
+            return gen.options
+        host = request.host if _HOST.match(request.host or "") else gen.settings.listen
+        return replace(gen.options, docs_base_url=f"{request.scheme}://{host}")
+
+    def redirect(self) -> Redirect | None:
+        """What names mend instead of the upstream in the response's redirect headers."""
+        origin = self.runtime.redirects if self.runtime is not None else None
+        if origin is None:
+            return None
+
+        def rewrite(name: str, value: str) -> str:
+            return redirect.rewrite(name, value, origin, self.agent_base())
+
+        return rewrite
+
+    def agent_base(self) -> str:
+        """The origin the agent used (``public_url``, else ``X-Forwarded-Proto`` and
+        ``-Host``, else ``Host``) and the route's prefix when it is stripped."""
+        route, request, settings = self.route, self.request, self.generation.settings
+        root = route.prefix.rstrip("/") if route is not None and route.strip_prefix else ""
+        if settings.public_url:
+            return settings.public_url.rstrip("/") + root
+        headers = request.headers
+        scheme = headers.get("X-Forwarded-Proto", "").split(",", 1)[0].strip().lower()
+        if scheme not in ("http", "https"):
+            scheme = request.scheme
+        host = headers.get("X-Forwarded-Host", "").split(",", 1)[0].strip()
+        if not _HOST.match(host):
+            host = request.host if _HOST.match(request.host or "") else ""
+        return f"{scheme}://{host or settings.listen}{root}"
+
+
+#: The flow of the request being handled (the OpenAPI gate reads its configuration through it).
+FLOW: web.RequestKey[Flow] = web.RequestKey("mend.flow", Flow)
+
+
+def exchange_of(request: web.BaseRequest, rid: str, route: str) -> Exchange:
+    """The exchange of a request, before the upstream answers."""
+    return Exchange(
+        method=request.method,
+        path=request.path,
+        route=route,
+        request_id=rid,
+        request_headers=request.headers,
+    )
+
+
+def log_line(exchange: Exchange, status: int, outcome: str, elapsed: float) -> dict[str, Any]:
+    """The fields every request's log line has; callers add only those their request has, since
+    every keyword passes through structlog's layers."""
+    return {
+        "request_id": exchange.request_id,
+        "route": exchange.route,
+        "method": exchange.method,
+        "path": exchange.path,
+        "status": status,
+        "outcome": outcome,
+        "latency_ms": round(elapsed * 1000, 3),
+    }

@@ -367,6 +367,8 @@ async def test_mend_run_moves_a_route_under_load_on_sighup_without_a_failed_requ
             config.write_text(config_text(upstream.url, extra=head))
             os.kill(process.pid, signal.SIGHUP)
             await serving(name)
+        # enough requests to call it load, however fast the three reloads went
+        await eventually(lambda: len(load.answers) > 50, seconds=15)
         load.stop.set()
         await asyncio.gather(*clients)
     finally:

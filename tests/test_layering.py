@@ -119,3 +119,18 @@ def test_every_module_is_in_a_floor() -> None:
     top -= {"__pycache__"}
     assert top == {"__init__.py", "__main__.py", *FLOORS}
     assert proxy.policy.__doc__
+
+
+def test_proxy_handle_reads_as_the_pipeline_in_one_screen() -> None:
+    """``Proxy.handle`` is the request's path in one screen with one exit: the steps it names own
+    the branches (docs/design.md, "One request, top to bottom")."""
+    source = (ROOT / "proxy" / "runtime" / "proxy.py").read_text("utf-8")
+    handle = next(
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.AsyncFunctionDef) and node.name == "handle"
+    )
+    returns = [node for node in ast.walk(handle) if isinstance(node, ast.Return)]
+    assert len(returns) == 1
+    assert handle.end_lineno is not None
+    assert handle.end_lineno - handle.lineno < 25

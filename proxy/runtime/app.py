@@ -120,5 +120,5 @@ def create_app(
     store.on_reload.append(catalog.refresh)
     tools = tool_servers(proxy)
     store.on_reload.append(tools.reloaded)
-    # mend writes its own access log line (``proxy/runtime/record.py``); aiohttp's would be a second one
+    # mend writes its own access log line (runtime/record.py); aiohttp's would be a second one
     return MendServer(proxy, catalog, tools, access_log=None)

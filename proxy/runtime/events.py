@@ -16,7 +16,9 @@ from aiohttp import web
 from proxy.policy import nesting
 from proxy.policy.evaluate import Evaluation, answer
 from proxy.policy.exchange import NOT_JSON
+from proxy.policy.protocols.base import Call, ProtocolName
 from proxy.policy.protocols.sse import Event, EventRewriter
+from proxy.policy.retry_safety import LISTING_MARKER
 from proxy.policy.ruleset import RuleSet
 from proxy.runtime import envelope_steps
 from proxy.runtime.envelope_steps import Step
@@ -25,7 +27,6 @@ from proxy.runtime.own_failures import OwnFailures, translated
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from proxy.policy.retry_safety import RetrySafety
     from proxy.runtime.envelope_steps import Count
     from proxy.runtime.flow import Flow
 
@@ -39,6 +40,16 @@ def _every_event(_: bytes) -> bool:
     return True
 
 
+def lists_tools(call: Call | None) -> bool:
+    """Whether a call may be an MCP ``tools/list`` (a byte scan of the kept body, no parse)."""
+    return (
+        call is not None
+        and call.protocol is not None
+        and call.protocol.name is ProtocolName.MCP
+        and call.holds(LISTING_MARKER)
+    )
+
+
 class EventStream:
     """The rewriting of one event stream; ``run`` relays it and says how it ended."""
 
@@ -49,8 +60,6 @@ class EventStream:
         review: Step,
         count: Count,
         own: OwnFailures,
-        retry_safety: RetrySafety,
-        listing: bool,
     ) -> None:
         call = flow.call
         assert call is not None
@@ -60,9 +69,9 @@ class EventStream:
         #: the envelope steps an event's errors take: each is rendered into its own event
         self.steps: tuple[Step, ...] = (review, count)
         self.count = count
-        self.retry_safety = retry_safety
+        self.retry_safety = own.retry_safety
         #: every event is read: the tools' annotations are in one (an MCP ``tools/list``)
-        self.listing = listing
+        self.listing = lists_tools(call)
         #: the evaluations of the errors rewritten so far
         self.found: list[Evaluation] = []
         #: an event carried a response (a result or an error)

@@ -85,9 +85,8 @@ class Flow:
         rid = request_id(request.headers, trace.trace_id if trace is not None else None)
         route = runtime.route.name if runtime is not None else "none"
         exchange = exchange_of(request, rid, route)
-        flow = cls(request, generation, exchange, runtime, time.perf_counter(), trace)
-        request[FLOW] = flow
-        return flow
+        request[GENERATION] = generation  # not the flow: a flow holds its request
+        return cls(request, generation, exchange, runtime, time.perf_counter(), trace)
 
     @property
     def route(self) -> Route | None:
@@ -154,8 +153,9 @@ class Flow:
         return f"{scheme}://{host or settings.listen}{root}"
 
 
-#: The flow of the request being handled (the OpenAPI gate reads its configuration through it).
-FLOW: web.RequestKey[Flow] = web.RequestKey("mend.flow", Flow)
+#: The configuration a request runs on, for what sees only the request (the OpenAPI gate). The
+#: request does not hold its flow: that cycle would leave every request to the cyclic collector.
+GENERATION: web.RequestKey[Generation] = web.RequestKey("mend.generation")
 
 
 def exchange_of(request: web.BaseRequest, rid: str, route: str) -> Exchange:

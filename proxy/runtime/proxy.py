@@ -10,7 +10,7 @@ Successes never leave the streaming branch; only responses a rule set or the age
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -36,13 +36,13 @@ from proxy.policy.protocols.detect import Detector
 from proxy.policy.protocols.graphql import RESPONSE_TYPE as GRAPHQL_RESPONSE
 from proxy.policy.protocols.sse import EventRewriter
 from proxy.policy.render import Negotiator
-from proxy.policy.retry_safety import LISTING_MARKER, RetrySafety
+from proxy.policy.retry_safety import RetrySafety
 from proxy.policy.ruleset import RuleSet
 from proxy.runtime import envelope_steps
 from proxy.runtime.circuit_gate import CircuitGate
 from proxy.runtime.envelope_steps import Count, Enrich, Reply, Review, Step
-from proxy.runtime.events import EventStream
-from proxy.runtime.flow import FLOW, Flow
+from proxy.runtime.events import EventStream, lists_tools
+from proxy.runtime.flow import GENERATION, Flow
 from proxy.runtime.generation import Generation, Generations, unverified
 from proxy.runtime.own_failures import OwnFailures, judge
 from proxy.runtime.record import Recorder
@@ -78,7 +78,7 @@ class Proxy:
         #: MCP tools' annotations seen in tools/list, and routes' retry_safe overrides
         self.retry_safety = RetrySafety()
         #: OpenAPI documents: requests checked before forwarding, envelopes enriched
-        self.openapi = OpenAPIGate(lambda request: request[FLOW].generation.loaded)
+        self.openapi = OpenAPIGate(lambda request: request[GENERATION].loaded)
         self.gate = CircuitGate(self.circuits, self.openapi)
         self.own = OwnFailures(metrics, detector, self.retry_safety, logger)
         self.recorder = Recorder(metrics, logger)
@@ -110,9 +110,11 @@ class Proxy:
         """One request, on the configuration in force when it arrived, to its end."""
         flow = self._begin(request, self.generations.enter(self.store.loaded))
         try:
-            await self._guarded(flow, self._send)  # refuse, read, validate, circuit, forward
-            if flow.response is None:
-                await self._guarded(flow, self._respond)  # tunnel, stream, or read and rewrite
+            try:
+                await self._send(flow)  # refuse, read, validate, circuit, forward
+                await self._respond(flow)  # tunnel, stream, or read and rewrite
+            except Exception as exc:
+                await self._failed(flow, exc)  # mend's own envelope, a 499, or an abort
             await self._finish(flow)  # send, then log, count, tell the circuit
         finally:
             self.generations.leave(flow.generation)
@@ -125,19 +127,17 @@ class Proxy:
         runtime = generation.route_for(request.rel_url.raw_path)
         return Flow.begin(request, generation, trace, runtime)
 
-    async def _guarded(self, flow: Flow, step: Callable[[Flow], Awaitable[None]]) -> None:
-        """``step``, its failures answered with mend's own envelope (``proxy/edge/failures``)."""
-        try:
-            await step(flow)
-        except ProxyFailure as failure:
-            await self._fail(flow, failure)
-        except ConnectionResetError:  # the agent hung up before its answer: nginx's 499
-            if flow.recorded:  # a WebSocket session, already in the books
-                raise
+    async def _failed(self, flow: Flow, exc: Exception) -> None:
+        """What a step raised, answered: a failure with mend's own envelope (``proxy/edge/
+        failures.py``), an agent that hung up as nginx's 499, a bug as ``INTERNAL_PROXY_ERROR``;
+        once the response has started, nothing is left but to abort."""
+        if isinstance(exc, ProxyFailure):
+            await self._fail(flow, exc)
+        elif isinstance(exc, ConnectionResetError) and not flow.recorded:
             flow.hung_up()
-        except Exception as exc:
-            if flow.request.get(relay.STARTED):  # headers already sent: nothing left but abort
-                raise
+        elif flow.recorded or flow.request.get(relay.STARTED):
+            raise exc
+        else:
             await self._fail(flow, self.own.bug(exc))
 
     async def _send(self, flow: Flow) -> None:
@@ -221,10 +221,7 @@ class Proxy:
             inspection = self._classify(flow, ruleset)
             call = flow.call
             if inspection is Inspection.EVENTS and call is not None and call.protocol:
-                events = EventStream(
-                    flow, ruleset, self.review, self.count, self.own, self.retry_safety,
-                    listing=_lists_tools(call),
-                )  # fmt: skip
+                events = EventStream(flow, ruleset, self.review, self.count, self.own)
                 await events.run(self._stream)
             elif inspection is Inspection.NONE:
                 flow.answered(await self._stream(flow), "passthrough")
@@ -286,7 +283,7 @@ class Proxy:
             give_up=is_success and protocol is not None,
         )
         flow.waited_s += time.perf_counter() - rewrite_started
-        if is_success and complete and _lists_tools(flow.call):
+        if is_success and complete and lists_tools(flow.call):
             self._learn_tools(flow, raw)
         if is_success and not complete:
             flow.answered(await self._stream(flow, raw), "passthrough")
@@ -437,13 +434,3 @@ class Proxy:
         await self.crosscall.close()
         if self.tracer is not None:
             await self.tracer.close()
-
-
-def _lists_tools(call: Call | None) -> bool:
-    """Whether a call may be an MCP ``tools/list`` (a byte scan of the kept body, no parse)."""
-    return (
-        call is not None
-        and call.protocol is not None
-        and call.protocol.name is ProtocolName.MCP
-        and call.holds(LISTING_MARKER)
-    )

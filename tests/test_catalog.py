@@ -15,12 +15,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
+from proxy.config.settings import Route, Settings
 from proxy.observation.logs import make_logger
 from proxy.policy.codes import load_codes
 from proxy.policy.engine import Engine, RuleStore
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import create_app
-from proxy.runtime.settings import Route, Settings
 from proxy.tools.catalog import wants_html
 from tests.conftest import MendTestServer, StartMend, StartUpstream
 

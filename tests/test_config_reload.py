@@ -24,10 +24,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
+from proxy.config.settings import ConfigSource
 from proxy.observation.logs import make_logger
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import MendServer, create_app
-from proxy.runtime.settings import ConfigSource
 from proxy.runtime.watch import RuleWatcher
 from tests.conftest import MendTestServer
 from tests.test_reload import eventually, free_port, metric

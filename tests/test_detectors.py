@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from proxy.config.settings import Route, Settings
 from proxy.policy.engine import Engine, RuleStore
 from proxy.policy.redaction import functions
 from proxy.policy.redaction.detectors import (
@@ -29,7 +30,6 @@ from proxy.policy.redaction.explain import acts_on, as_json, as_text, explain_te
 from proxy.policy.redaction.sets import build_set, default_set, load_shipped
 from proxy.policy.redaction.table import TABLE_END, TABLE_START, render_table
 from proxy.policy.rulefile import RuleError
-from proxy.runtime.settings import Route, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = load_shipped()

@@ -17,12 +17,12 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from proxy.config.settings import Route, Settings
 from proxy.observation.logs import make_logger
 from proxy.policy.engine import Engine, RuleStore
 from proxy.policy.rulecheck import undefined_variables
 from proxy.policy.rulefile import RuleError, RuleSpec, load_rule_text, load_rules
 from proxy.runtime.admin import create_admin_app
-from proxy.runtime.settings import Route, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 

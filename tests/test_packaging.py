@@ -1,7 +1,7 @@
 """``pip install .`` is a complete mend: the packs, their tests and every data file in the wheel.
 
 In a checkout the packs are the top-level ``rules/``; pyproject.toml maps that directory into the
-wheel as ``proxy/rules/`` (package data), where ``proxy.runtime.settings`` finds it through
+wheel as ``proxy/rules/`` (package data), where ``proxy.config.settings`` finds it through
 ``importlib.resources``. The fast tests check the mapping, the lookup, and a real wheel's contents
 (built, as the Dockerfile's build stage builds it, from exactly the files that stage copies); the
 slow one installs that wheel in a fresh virtualenv and runs ``mend check``, ``mend test``,
@@ -33,9 +33,9 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 
+from proxy.config import settings
+from proxy.config.settings import PACKAGED_RULES
 from proxy.policy.engine import FALLBACKS, OWN_ERRORS
-from proxy.runtime import settings
-from proxy.runtime.settings import PACKAGED_RULES
 from proxy.tools import ruletest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -362,7 +362,7 @@ def test_wheel_in_a_fresh_venv_outside_the_checkout(
 
     where = subprocess.run(
         [str(bin_dir / "python"), "-c",
-         "import proxy.runtime.settings as s; print(s.__file__); print(s.PACKAGED_RULES)"],
+         "import proxy.config.settings as s; print(s.__file__); print(s.PACKAGED_RULES)"],
         cwd=elsewhere, env=env, capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     site = env_dir.resolve()

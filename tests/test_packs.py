@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
+from proxy.config.settings import PACKAGED_RULES
 from proxy.policy.evaluate import Evaluation
 from proxy.policy.rulefile import load_rules
-from proxy.runtime.settings import PACKAGED_RULES
 from proxy.tools import ruletest
 
 ROOT = Path(__file__).resolve().parent.parent

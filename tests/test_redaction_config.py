@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from proxy.config.redaction import RedactionSettings
+from proxy.config.settings import Settings, load_settings
 from proxy.policy.engine import Engine
-from proxy.policy.redaction.config import RedactionSettings
 from proxy.policy.rulefile import RuleError
-from proxy.runtime.settings import Settings, load_settings
 from tests.conftest import StartMend, StartUpstream
 
 TOKEN = "acme_live_0123456789abcdef"

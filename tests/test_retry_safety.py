@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from proxy.config.settings import Route, load_settings
 from proxy.policy.exchange import Exchange
 from proxy.policy.retry_safety import MAX_BATCH, MAX_LISTED, MAX_NAME, RetrySafety, ToolHints
 from proxy.policy.rulefile import RuleError
-from proxy.runtime.settings import Route, load_settings
 
 
 def _listing(*tools: Any) -> dict[str, Any]:

@@ -30,12 +30,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
+from proxy.config.settings import Route, Settings
 from proxy.observation import tracing
 from proxy.observation.logs import make_logger
 from proxy.observation.tracing import TracingSettings
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import create_app
-from proxy.runtime.settings import Route, Settings
 from tests.conftest import Mend, MendTestServer, StartUpstream
 from tests.otlp_receiver import CLIENT, ERROR, SERVER, UNSET, Received, Receiver, app
 from tests.test_app import free_port

@@ -16,6 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy.config.settings import Route
 from proxy.edge.openapi_refusal import RequestInvalid
 from proxy.policy.engine import Loaded
 from proxy.policy.envelope import Envelope
@@ -25,7 +26,6 @@ from proxy.policy.openapi.enrich import Request, enrich
 from proxy.policy.openapi.spec import Mount, Spec
 from proxy.policy.openapi.validate import Violation
 from proxy.policy.protocols.base import replayed
-from proxy.runtime.settings import Route
 
 #: Bytes of a request body read to check it; a longer body goes unchecked (its parameters are
 #: still checked), never refused for its length here.

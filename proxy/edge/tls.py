@@ -30,7 +30,7 @@ from typing import NoReturn, Protocol
 from prometheus_client import CollectorRegistry, Counter
 from structlog.typing import FilteringBoundLogger
 
-from proxy.runtime.settings import Route, Settings, UpstreamTLS
+from proxy.config.settings import Route, Settings, UpstreamTLS
 
 #: The one application protocol mend speaks, offered and accepted in ALPN (as aiohttp's client).
 _ALPN = ("http/1.1",)

@@ -19,10 +19,10 @@ import re2
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from proxy.config.sourcefile import read_text
 from proxy.policy.envelope import Action, Category, Severity
 from proxy.policy.query import Query, compile_query
 from proxy.policy.rulecheck import TEMPLATE_FIELDS, never_matching, undefined_variables
-from proxy.policy.sourcefile import read_text
 from proxy.policy.template import Template, TemplateError
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -584,7 +584,7 @@ def rule_files(paths: Iterable[Path], kind: str = "rule") -> Iterator[Path]:
 def load_rules(
     paths: Iterable[Path], disabled_packs: Iterable[str] = (), *, max_bytes: int = 8 << 20
 ) -> list[LoadedRule]:
-    """Load and validate every file (each at most ``max_bytes``, ``proxy/policy/sourcefile.py``);
+    """Load and validate every file (each at most ``max_bytes``, ``proxy/config/sourcefile.py``);
     all
     problems of all files are reported together."""
 

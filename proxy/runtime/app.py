@@ -21,6 +21,7 @@ from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
 
+from proxy.config.settings import Route, Settings
 from proxy.edge import agent_body as intake
 from proxy.edge import redirect, relay
 from proxy.edge.connection import AgentServer
@@ -73,7 +74,6 @@ from proxy.policy.retry_safety import LISTING_MARKER, RetrySafety
 from proxy.policy.rulecheck import OWN_FAILURE_VARS
 from proxy.policy.ruleset import Match, RuleSet
 from proxy.runtime.generation import Generation, RouteRuntime, unverified
-from proxy.runtime.settings import Route, Settings
 from proxy.tools.catalog import BASE as CATALOG_BASE
 from proxy.tools.catalog import Catalog, catalog_pages
 

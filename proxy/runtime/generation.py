@@ -22,12 +22,12 @@ import aiohttp
 from structlog.typing import FilteringBoundLogger
 from yarl import URL
 
+from proxy.config.settings import Route, Settings
 from proxy.edge.forward import Upstreams
 from proxy.edge.redirect import UpstreamOrigin
 from proxy.edge.target import Origin
 from proxy.policy.build import BuildOptions
 from proxy.policy.engine import Loaded
-from proxy.runtime.settings import Route, Settings
 
 
 @dataclass(frozen=True, slots=True)

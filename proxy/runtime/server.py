@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
 
 from proxy import __version__
+from proxy.config.settings import ConfigSource, Settings, parse_hostport
 from proxy.edge.limits import FdWatch, connection_budget, raise_nofile
 from proxy.edge.tls import ListenerCertificate, reload_counter
 from proxy.observation import tracing
@@ -35,7 +36,6 @@ from proxy.policy.rulefile import RuleError
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import create_app
 from proxy.runtime.health import health_checks
-from proxy.runtime.settings import ConfigSource, Settings, parse_hostport
 from proxy.runtime.watch import RuleWatcher, reload_rules
 
 #: Request log lines reach stdout at most this late (warnings and errors at once): see LineWriter.

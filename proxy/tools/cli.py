@@ -16,6 +16,7 @@ from multidict import CIMultiDict, MultiDict
 from pydantic import ValidationError
 
 from proxy import __version__
+from proxy.config.settings import PACKAGED_RULES, ConfigSource, Route, Settings, load_settings
 from proxy.edge.tls import TLSFileError, check_files
 from proxy.observation import tracing
 from proxy.policy import nesting
@@ -26,7 +27,6 @@ from proxy.policy.redaction.sets import build_set, load_shipped
 from proxy.policy.rulefile import RuleError, load_rules, rule_files
 from proxy.policy.ruleset import RuleSet
 from proxy.runtime.server import EarlyHangups, install_uvloop, serve
-from proxy.runtime.settings import PACKAGED_RULES, ConfigSource, Route, Settings, load_settings
 from proxy.runtime.workers import run_workers
 
 if TYPE_CHECKING:  # what only `mend test`, `explain` and `check --openapi` use, imported by them

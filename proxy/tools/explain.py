@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from proxy.config.settings import Route, Settings
 from proxy.policy import nesting
 from proxy.policy.build import BuildOptions
 from proxy.policy.engine import Engine
@@ -24,7 +25,6 @@ from proxy.policy.exchange import NOT_JSON, Exchange
 from proxy.policy.protocols.base import ProtocolName
 from proxy.policy.protocols.detect import Detector, default_protocols
 from proxy.policy.ruleset import RuleSet, Verdict
-from proxy.runtime.settings import Route, Settings
 
 #: Content-Type assumed for a ``--body-file`` with this extension when no header names one.
 MEDIA_BY_EXTENSION = {

@@ -64,6 +64,8 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from proxy.config.redaction import RedactionSettings
+from proxy.config.settings import PACKAGED_RULES, Route, Settings
 from proxy.policy import nesting
 from proxy.policy.build import BuildOptions
 from proxy.policy.engine import Engine
@@ -80,10 +82,8 @@ from proxy.policy.exchange import NOT_JSON, Exchange
 from proxy.policy.protocols.base import ProtocolName
 from proxy.policy.protocols.detect import Detector, default_protocols
 from proxy.policy.redaction import Redactor
-from proxy.policy.redaction.config import RedactionSettings
 from proxy.policy.rulefile import Lines, RuleError, parse_yaml, validation_problems
 from proxy.policy.ruleset import RuleSet
-from proxy.runtime.settings import PACKAGED_RULES, Route, Settings
 
 #: Where ``mend test`` looks when given no paths.
 DEFAULT_TESTS = PACKAGED_RULES / "tests"

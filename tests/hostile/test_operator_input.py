@@ -25,6 +25,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
 
+from proxy.config.settings import Route, Settings, load_settings
 from proxy.observation.logs import make_logger
 from proxy.policy.engine import RuleStore
 from proxy.policy.query import compile_query
@@ -32,7 +33,6 @@ from proxy.policy.rulefile import RuleError, load_rules
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import create_app
 from proxy.runtime.server import SighupReloader
-from proxy.runtime.settings import Route, Settings, load_settings
 from proxy.runtime.watch import RuleWatcher
 from tests.conftest import MendTestServer, StartUpstream
 

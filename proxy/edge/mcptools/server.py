@@ -28,13 +28,13 @@ from multidict import CIMultiDict
 from structlog.typing import FilteringBoundLogger
 
 from proxy import __version__
+from proxy.config.settings import Route
 from proxy.edge.failures import Refused
 from proxy.edge.mcptools import asgi, internal
 from proxy.edge.openapi_gate import PRESET
 from proxy.observation.request_id import request_id
 from proxy.policy.engine import Loaded
 from proxy.policy.openapi.spec import Mount, Spec
-from proxy.runtime.settings import Route
 
 if TYPE_CHECKING:  # the MCP types load with a route's first MCP request, not with mend
     from proxy.edge.mcptools.results import ToolContext

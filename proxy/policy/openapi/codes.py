@@ -14,10 +14,10 @@ from typing import Any, Protocol
 
 import orjson
 
+from proxy.config.settings import Settings
 from proxy.policy.evaluate import recorded_exchange
 from proxy.policy.openapi.operations import Operation
 from proxy.policy.openapi.spec import Spec
-from proxy.runtime.settings import Settings
 
 #: Operations listed per route (a generated document may have thousands).
 MAX_LISTED = 500

@@ -23,10 +23,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from proxy.policy.redaction.config import RedactionSettings, compile_re2
+from proxy.config.redaction import RedactionSettings, compile_re2
+from proxy.config.sourcefile import MAX_FILE_BYTES
 from proxy.policy.redaction.detectors import DetectorSpec, LoadedDetector, load_detector_files
 from proxy.policy.regex import escape
-from proxy.policy.sourcefile import MAX_FILE_BYTES
 
 HOST_WORD = "an internal host"
 #: the shipped detector that internal domains and hosts of the operator run before

@@ -48,10 +48,10 @@ from pydantic import (
     model_validator,
 )
 
+from proxy.config.sourcefile import MAX_FILE_BYTES, read_text
 from proxy.policy.redaction import functions
 from proxy.policy.regex import options, re2_source
 from proxy.policy.rulefile import RuleError, exhausted, parse_yaml, rule_files, validation_problems
-from proxy.policy.sourcefile import MAX_FILE_BYTES, read_text
 
 #: What a detector does with what it finds:
 #: ``mask`` (a secret: ``[redacted]`` for agents, ``[masked]`` in the operator's log),
@@ -360,7 +360,7 @@ def load_detector_files(
 
 def shipped_directory() -> Path:
     """The shipped detector files: ``redaction/`` beside the rule packs (package data)."""
-    from proxy.runtime.settings import PACKAGED_RULES  # noqa: PLC0415 (settings imports this package)
+    from proxy.config.settings import PACKAGED_RULES  # noqa: PLC0415 (settings imports this package)
 
     return PACKAGED_RULES / "redaction"
 

@@ -13,13 +13,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from yarl import URL
 
+from proxy.config.crosscall import CircuitSettings, SessionSettings, StateSettings
+from proxy.config.redaction import RedactionSettings
+from proxy.config.sourcefile import MAX_FILE_BYTES, read_text
 from proxy.observation.tracing import TracingSettings
-from proxy.policy.crosscall.config import CircuitSettings, SessionSettings, StateSettings
 from proxy.policy.protocols.base import ProtocolName
-from proxy.policy.redaction.config import RedactionSettings
 from proxy.policy.render import Rendering
 from proxy.policy.rulefile import RuleError, parse_yaml, validation_problems
-from proxy.policy.sourcefile import MAX_FILE_BYTES, read_text
 
 
 def _packaged_rules() -> Path:
@@ -258,7 +258,7 @@ class Settings(_Model):
     admin_tls_cert: Path | None = None
     admin_tls_key: Path | None = None
     #: what redaction adds for every route: secrets, internal names, words never shown, allowed
-    #: ids, detector files (``proxy/policy/redaction/config.py``); reloaded with the rules
+    #: ids, detector files (``proxy/config/redaction.py``); reloaded with the rules
     redaction: RedactionSettings = RedactionSettings()
     # --- the cross-call view (``proxy/policy/crosscall``, CONTRACT §7)
     # -------------------------------

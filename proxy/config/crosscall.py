@@ -1,4 +1,4 @@
-"""``session:``, ``state:`` and ``circuit:`` in the config file (``proxy/runtime/settings.py``)."""
+"""``session:``, ``state:`` and ``circuit:`` in the config file (``proxy/config/settings.py``)."""
 
 from __future__ import annotations
 

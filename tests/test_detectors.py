@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from proxy.config.settings import Route, Settings
+from proxy.config.yamlfile import RuleError
 from proxy.policy.engine import Engine, RuleStore
 from proxy.policy.redaction import functions
 from proxy.policy.redaction.detectors import (
@@ -29,7 +30,6 @@ from proxy.policy.redaction.engine import Redactor
 from proxy.policy.redaction.explain import acts_on, as_json, as_text, explain_text
 from proxy.policy.redaction.sets import build_set, default_set, load_shipped
 from proxy.policy.redaction.table import TABLE_END, TABLE_START, render_table
-from proxy.policy.rulefile import RuleError
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = load_shipped()

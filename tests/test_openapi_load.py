@@ -11,11 +11,11 @@ import yaml
 from multidict import CIMultiDict, MultiDict
 
 from proxy.config.settings import Route, Settings
+from proxy.config.yamlfile import RuleError
 from proxy.policy.engine import Engine, RuleStore
 from proxy.policy.openapi import document as documents
 from proxy.policy.openapi import facts
 from proxy.policy.openapi.spec import Mount, Spec
-from proxy.policy.rulefile import RuleError
 
 DATA = Path(__file__).parent / "data" / "openapi"
 ROOT = Mount("/", False, "")

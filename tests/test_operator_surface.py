@@ -18,10 +18,11 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from proxy.config.settings import Route, Settings
+from proxy.config.yamlfile import RuleError
 from proxy.observation.logs import make_logger
 from proxy.policy.engine import Engine, RuleStore
 from proxy.policy.rulecheck import undefined_variables
-from proxy.policy.rulefile import RuleError, RuleSpec, load_rule_text, load_rules
+from proxy.policy.rulefile import RuleSpec, load_rule_text, load_rules
 from proxy.runtime.admin import create_admin_app
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,8 +17,8 @@ from aiohttp import web
 
 from proxy.config.redaction import RedactionSettings
 from proxy.config.settings import Settings, load_settings
+from proxy.config.yamlfile import RuleError
 from proxy.policy.engine import Engine
-from proxy.policy.rulefile import RuleError
 from tests.conftest import StartMend, StartUpstream
 
 TOKEN = "acme_live_0123456789abcdef"

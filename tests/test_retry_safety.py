@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from proxy.config.settings import Route, load_settings
+from proxy.config.yamlfile import RuleError
 from proxy.policy.exchange import Exchange
 from proxy.policy.retry_safety import MAX_BATCH, MAX_LISTED, MAX_NAME, RetrySafety, ToolHints
-from proxy.policy.rulefile import RuleError
 
 
 def _listing(*tools: Any) -> dict[str, Any]:

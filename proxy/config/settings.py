@@ -13,13 +13,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from yarl import URL
 
+from proxy.config.choices import ProtocolName, Rendering
 from proxy.config.crosscall import CircuitSettings, SessionSettings, StateSettings
+from proxy.config.otel import TracingSettings
 from proxy.config.redaction import RedactionSettings
 from proxy.config.sourcefile import MAX_FILE_BYTES, read_text
-from proxy.observation.tracing import TracingSettings
-from proxy.policy.protocols.base import ProtocolName
-from proxy.policy.render import Rendering
-from proxy.policy.rulefile import RuleError, parse_yaml, validation_problems
+from proxy.config.yamlfile import RuleError, parse_yaml, validation_problems
 
 
 def _packaged_rules() -> Path:

@@ -14,7 +14,7 @@ import asyncio
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
@@ -39,13 +39,16 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from proxy import __version__
+from proxy.config.choices import ProtocolName
 from proxy.observation.tracing import TraceConfig
 from proxy.policy.envelope import Envelope, Severity
 from proxy.policy.exchange import Exchange
-from proxy.policy.protocols.base import Call, ProtocolName, replayed
+from proxy.policy.protocols.base import Call, replayed
 from proxy.policy.protocols.graphql import GraphQL
 from proxy.policy.protocols.jsonrpc import NO_ID, JsonRpc
-from proxy.runtime.generation import RouteRuntime
+
+if TYPE_CHECKING:  # the span reads a route's facts; the runtime that holds them is above
+    from proxy.runtime.generation import RouteRuntime
 
 #: Characters of one attribute value (a path can be 64 KiB), unless ``OTEL_*`` set a limit.
 ATTRIBUTE_LENGTH = 2048

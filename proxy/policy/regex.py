@@ -24,6 +24,8 @@ from typing import Any, Protocol, cast
 
 import re2
 
+from proxy.config.re2compile import compile_re2, options
+
 _SURROGATES = re.compile("[\ud800-\udfff]")
 #: RE2's unanchored search, for ``GatedPattern``'s offsets (the wrapper's ``search`` encodes the
 #: text again on every call, and a body has as many calls as candidate offsets)
@@ -32,13 +34,6 @@ _UNANCHORED = re2._Anchor.UNANCHORED
 #: runs to the end of its (widened, so possibly unbounded) match, so a text holding many near
 #: matches would make them quadratic; a page holds a handful
 _OFFSETS_ASKED = 8
-
-
-def options() -> Any:
-    """RE2 options for mend's patterns: errors are raised to the caller, never logged by RE2."""
-    opts = re2.Options()
-    opts.log_errors = False
-    return opts
 
 
 def encodable(text: str) -> str:
@@ -91,7 +86,7 @@ def escape(text: str) -> str:
 
 def linear(pattern: str) -> Linear:
     """``pattern`` (RE2 syntax) compiled; raises ``re2.error`` when RE2 cannot compile it."""
-    return Linear(re2.compile(pattern, options()))
+    return Linear(compile_re2(pattern))
 
 
 def _finditer(compiled: Any, text: str) -> Iterator[Any]:
@@ -274,10 +269,10 @@ class GatedPattern:
         try:
             source = re2_source(compiled.pattern)
             widened = f"(?{flags}){source}" if flags else source
-            self._gate: Linear | None = Linear(re2.compile(widened, options()))
+            self._gate: Linear | None = Linear(compile_re2(widened))
             offsets = options()
             offsets.never_capture = True  # only where a match starts: the DFA alone finds it
-            self._at: Any = re2.compile(widened, offsets)._regexp  # for offsets into bytes
+            self._at: Any = compile_re2(widened, offsets)._regexp  # for offsets into bytes
         except re2.error:
             self._gate = None  # backreferences and the like: no gate, always run
             self._at = None
@@ -368,7 +363,7 @@ class AnchoredPattern(GatedPattern):
 
     def __init__(self, compiled: re.Pattern[str], starts: str) -> None:
         super().__init__(compiled)
-        self._starts: Any = re2.compile(starts, options())
+        self._starts: Any = compile_re2(starts)
 
     def finditer(self, text: str, *args: int) -> Iterator[re.Match[str]]:
         if args:

@@ -16,24 +16,13 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
-from enum import StrEnum
 from http import HTTPStatus
 from typing import Any, NamedTuple
 
 import orjson
 
+from proxy.config.choices import Rendering
 from proxy.policy.envelope import Action, Category, Envelope
-
-
-class Rendering(StrEnum):
-    """Values as operators write them in a route's ``rendering:``."""
-
-    JSON = "json"
-    PROBLEM = "problem"
-    TEXT = "text"
-    MARKDOWN = "markdown"
-    XML = "xml"
-
 
 CONTENT_TYPES: Mapping[Rendering, str] = {
     # RFC 8259 defines no charset parameter for JSON: it is always UTF-8.

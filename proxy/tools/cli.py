@@ -16,15 +16,17 @@ from multidict import CIMultiDict, MultiDict
 from pydantic import ValidationError
 
 from proxy import __version__
+from proxy.config.certificates import TLSFileError, check_files
+from proxy.config.choices import ProtocolName
+from proxy.config.otel import TracingError
 from proxy.config.settings import PACKAGED_RULES, ConfigSource, Route, Settings, load_settings
-from proxy.edge.tls import TLSFileError, check_files
+from proxy.config.yamlfile import RuleError
 from proxy.observation import tracing
 from proxy.policy import nesting
 from proxy.policy.engine import Engine
 from proxy.policy.exchange import NOT_JSON
-from proxy.policy.protocols.base import ProtocolName
 from proxy.policy.redaction.sets import build_set, load_shipped
-from proxy.policy.rulefile import RuleError, load_rules, rule_files
+from proxy.policy.rulefile import load_rules, rule_files
 from proxy.policy.ruleset import RuleSet
 from proxy.runtime.server import EarlyHangups, install_uvloop, serve
 from proxy.runtime.workers import run_workers
@@ -242,7 +244,7 @@ def _run(args: argparse.Namespace) -> int:
         return _errors([_tls_problem(exc, args) for exc in tls_problems])
     try:  # OTEL_* and tracing: are honoured, or no start
         tracing.check(settings.tracing, os.environ)
-    except tracing.TracingError as exc:
+    except TracingError as exc:
         return _errors([str(exc)])
     if settings.workers > 1:
         run_workers(settings, source)

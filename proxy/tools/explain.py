@@ -16,13 +16,13 @@ from typing import Any
 
 import orjson
 
+from proxy.config.choices import ProtocolName
 from proxy.config.settings import Route, Settings
 from proxy.policy import nesting
 from proxy.policy.build import BuildOptions
 from proxy.policy.engine import Engine
 from proxy.policy.evaluate import Answer, Evaluation, answer_exchange, recorded_exchange
 from proxy.policy.exchange import NOT_JSON, Exchange
-from proxy.policy.protocols.base import ProtocolName
 from proxy.policy.protocols.detect import Detector, default_protocols
 from proxy.policy.ruleset import RuleSet, Verdict
 

@@ -64,8 +64,10 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from proxy.config.choices import ProtocolName
 from proxy.config.redaction import RedactionSettings
 from proxy.config.settings import PACKAGED_RULES, Route, Settings
+from proxy.config.yamlfile import Lines, RuleError, parse_yaml, validation_problems
 from proxy.policy import nesting
 from proxy.policy.build import BuildOptions
 from proxy.policy.engine import Engine
@@ -79,10 +81,8 @@ from proxy.policy.evaluate import (
     recorded_exchange,
 )
 from proxy.policy.exchange import NOT_JSON, Exchange
-from proxy.policy.protocols.base import ProtocolName
 from proxy.policy.protocols.detect import Detector, default_protocols
 from proxy.policy.redaction import Redactor
-from proxy.policy.rulefile import Lines, RuleError, parse_yaml, validation_problems
 from proxy.policy.ruleset import RuleSet
 
 #: Where ``mend test`` looks when given no paths.

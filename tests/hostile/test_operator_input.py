@@ -26,10 +26,11 @@ from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
 
 from proxy.config.settings import Route, Settings, load_settings
+from proxy.config.yamlfile import RuleError
 from proxy.observation.logs import make_logger
 from proxy.policy.engine import RuleStore
 from proxy.policy.query import compile_query
-from proxy.policy.rulefile import RuleError, load_rules
+from proxy.policy.rulefile import load_rules
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import create_app
 from proxy.runtime.server import SighupReloader

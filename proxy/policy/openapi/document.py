@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from proxy.policy.rulefile import MAX_YAML_DEPTH, Lines, RuleError, parse_yaml
+from proxy.config.yamlfile import MAX_YAML_DEPTH, Lines, RuleError, parse_yaml
 
 if TYPE_CHECKING:  # referencing is imported by what loads a document: a mend without one skips it
     from referencing import Registry

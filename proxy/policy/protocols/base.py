@@ -19,25 +19,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
-from enum import Enum, StrEnum
+from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from proxy.config.choices import ProtocolName
 from proxy.policy import nesting
 from proxy.policy.envelope import Envelope
 from proxy.policy.exchange import NOT_JSON, Exchange
 
 if TYPE_CHECKING:  # annotations only: the policy imports no aiohttp
     from aiohttp import web
-
-
-class ProtocolName(StrEnum):
-    """A route's ``protocol:`` (and the ``protocol`` label of ``mend_errors_total``)."""
-
-    AUTO = "auto"
-    HTTP = "http"
-    JSONRPC = "jsonrpc"
-    MCP = "mcp"
-    GRAPHQL = "graphql"
 
 
 class Inspection(Enum):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs
 
+from proxy.config.choices import ProtocolName
 from proxy.policy import nesting
 from proxy.policy.envelope import Envelope, Severity
 from proxy.policy.exchange import Exchange
@@ -27,7 +28,6 @@ from proxy.policy.protocols.base import (
     Call,
     Inspection,
     Protocol,
-    ProtocolName,
     Rendered,
     Unit,
     is_json_type,

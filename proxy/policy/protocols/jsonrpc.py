@@ -24,13 +24,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Final
 
+from proxy.config.choices import ProtocolName
 from proxy.policy.envelope import Category, Envelope
 from proxy.policy.exchange import Exchange
 from proxy.policy.protocols.base import (
     Call,
     Inspection,
     Protocol,
-    ProtocolName,
     Rendered,
     Unit,
     is_json_type,

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from multidict import istr
 
+from proxy.config.choices import ProtocolName, Rendering
 from proxy.policy import nesting
 from proxy.policy.envelope import Envelope
 from proxy.policy.exchange import NOT_JSON, Exchange
-from proxy.policy.protocols.base import Call, Inspection, Protocol, ProtocolName, Unit
+from proxy.policy.protocols.base import Call, Inspection, Protocol, Unit
 from proxy.policy.protocols.jsonrpc import SSE, JsonRpc, RpcRequest, request_key
-from proxy.policy.render import Rendering, render
+from proxy.policy.render import render
 
 if TYPE_CHECKING:  # annotations only: the policy imports no aiohttp
     from aiohttp import web

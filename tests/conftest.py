@@ -14,7 +14,8 @@ from aiohttp import web
 from aiohttp.test_utils import BaseTestServer, TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
-from proxy.config.settings import Route, Settings
+from proxy.config.route import Route
+from proxy.config.settings import Settings
 from proxy.observation.logs import make_logger
 from proxy.runtime.app import MendServer, create_app
 

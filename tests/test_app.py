@@ -17,7 +17,7 @@ from aiohttp import web
 import proxy.policy.evaluate
 import proxy.runtime.app
 from proxy.config.choices import ProtocolName
-from proxy.config.settings import Route
+from proxy.config.route import Route
 from tests.conftest import StartMend, StartUpstream
 
 JAVA_TRACE = (

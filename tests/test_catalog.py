@@ -15,7 +15,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
-from proxy.config.settings import Route, Settings
+from proxy.config.route import Route
+from proxy.config.settings import Settings
 from proxy.observation.logs import make_logger
 from proxy.policy.codes import load_codes
 from proxy.policy.engine import Engine, RuleStore

@@ -24,7 +24,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
-from proxy.config.settings import ConfigSource
+from proxy.config.sources import ConfigSource
 from proxy.observation.logs import make_logger
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import MendServer, create_app

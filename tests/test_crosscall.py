@@ -12,7 +12,8 @@ import pytest
 from aiohttp import web
 
 from proxy.config.crosscall import SessionSettings, StateSettings
-from proxy.config.settings import Route, Settings
+from proxy.config.route import Route
+from proxy.config.settings import Settings
 from proxy.policy.crosscall.circuit import Blocked
 from proxy.policy.crosscall.memory import MemoryStore
 from proxy.policy.crosscall.patterns import load_suggestions

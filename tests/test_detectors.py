@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.config.settings import Route, Settings
+from proxy.config.route import Route
+from proxy.config.settings import Settings
 from proxy.config.yamlfile import RuleError
 from proxy.policy.engine import Engine, RuleStore
 from proxy.policy.redaction import functions

@@ -517,7 +517,7 @@ def test_colliding_names_get_their_location(tmp_path: Path) -> None:
 
 def test_arguments_go_back_where_they_came_from(tmp_path: Path) -> None:
     """Each argument lands in its own part of the request: path, query, JSON body."""
-    from proxy.config.settings import Route  # noqa: PLC0415
+    from proxy.config.route import Route  # noqa: PLC0415
     from proxy.edge.mcptools.arguments import http_call  # noqa: PLC0415
     from proxy.policy.openapi.spec import Mount  # noqa: PLC0415
 
@@ -580,7 +580,7 @@ async def test_demo_tool_agent_follows_next_operation_to_a_tool(
 
 def test_too_deep_arguments_are_a_violation(tmp_path: Path) -> None:
     """Arguments nested deeper than JSON can be sent are an invalid call, not a crash."""
-    from proxy.config.settings import Route  # noqa: PLC0415
+    from proxy.config.route import Route  # noqa: PLC0415
     from proxy.edge.mcptools.arguments import http_call  # noqa: PLC0415
     from proxy.policy.openapi.spec import Mount  # noqa: PLC0415
 
@@ -795,7 +795,7 @@ async def test_each_mcp_session_is_its_own_cross_call_session(
 @pytest.mark.parametrize("value", ["..", ".", ""])
 def test_path_argument_cannot_move_the_path(tmp_path: Path, value: str) -> None:
     """A path argument that is no segment, or a dot segment, is refused, never sent."""
-    from proxy.config.settings import Route  # noqa: PLC0415
+    from proxy.config.route import Route  # noqa: PLC0415
     from proxy.edge.mcptools.arguments import http_call  # noqa: PLC0415
     from proxy.policy.openapi.spec import Mount  # noqa: PLC0415
 

@@ -10,7 +10,8 @@ import pytest
 import yaml
 from multidict import CIMultiDict, MultiDict
 
-from proxy.config.settings import Route, Settings
+from proxy.config.route import Route
+from proxy.config.settings import Settings
 from proxy.config.yamlfile import RuleError
 from proxy.policy.engine import Engine, RuleStore
 from proxy.policy.openapi import document as documents

@@ -17,7 +17,8 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from proxy.config.settings import Route, Settings
+from proxy.config.route import Route
+from proxy.config.settings import Settings
 from proxy.config.yamlfile import RuleError
 from proxy.observation.logs import make_logger
 from proxy.policy.engine import Engine, RuleStore

@@ -16,7 +16,8 @@ import pytest
 from aiohttp import web
 
 from proxy.config.redaction import RedactionSettings
-from proxy.config.settings import Settings, load_settings
+from proxy.config.settings import Settings
+from proxy.config.sources import load_settings
 from proxy.config.yamlfile import RuleError
 from proxy.policy.engine import Engine
 from tests.conftest import StartMend, StartUpstream

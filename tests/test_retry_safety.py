@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from proxy.config.settings import Route, load_settings
+from proxy.config.route import Route
+from proxy.config.sources import load_settings
 from proxy.config.yamlfile import RuleError
 from proxy.policy.exchange import Exchange
 from proxy.policy.retry_safety import MAX_BATCH, MAX_LISTED, MAX_NAME, RetrySafety, ToolHints

@@ -33,7 +33,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from proxy.config.certificates import check_files
-from proxy.config.settings import Route, Settings, load_settings
+from proxy.config.route import Route
+from proxy.config.settings import Settings
+from proxy.config.sources import load_settings
 from proxy.config.yamlfile import RuleError
 from tests.conftest import Mend, StartMend
 from tests.test_cli_run import free_port

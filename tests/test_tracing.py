@@ -31,7 +31,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
 from proxy.config.otel import TracingError, TracingSettings
-from proxy.config.settings import Route, Settings
+from proxy.config.route import Route
+from proxy.config.settings import Settings
 from proxy.observation import tracing
 from proxy.observation.logs import make_logger
 from proxy.runtime.admin import create_admin_app

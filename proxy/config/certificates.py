@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from proxy.config.settings import Route, Settings, UpstreamTLS
+from proxy.config.route import Route, UpstreamTLS
+from proxy.config.settings import Settings
 
 #: The one application protocol mend speaks, offered and accepted in ALPN (as aiohttp's client).
 ALPN = ("http/1.1",)

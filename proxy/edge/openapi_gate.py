@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.config.settings import Route
+from proxy.config.route import Route
 from proxy.edge.openapi_refusal import RequestInvalid
 from proxy.policy.engine import Loaded
 from proxy.policy.envelope import Envelope

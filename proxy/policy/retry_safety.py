@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.config.settings import RetrySafe, Route
+from proxy.config.route import RetrySafe, Route
 from proxy.policy.exchange import Exchange
 from proxy.policy.matchers import path_glob
 from proxy.policy.regex import Linear

@@ -22,7 +22,8 @@ from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
 
 from proxy.config.choices import ProtocolName, Rendering
-from proxy.config.settings import Route, Settings
+from proxy.config.route import Route
+from proxy.config.settings import Settings
 from proxy.edge import agent_body as intake
 from proxy.edge import redirect, relay
 from proxy.edge.connection import AgentServer

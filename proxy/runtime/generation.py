@@ -22,7 +22,8 @@ import aiohttp
 from structlog.typing import FilteringBoundLogger
 from yarl import URL
 
-from proxy.config.settings import Route, Settings
+from proxy.config.route import Route
+from proxy.config.settings import Settings
 from proxy.edge.forward import Upstreams
 from proxy.edge.redirect import UpstreamOrigin
 from proxy.edge.target import Origin

@@ -21,7 +21,8 @@ import aiohttp
 from structlog.typing import FilteringBoundLogger
 
 from proxy.config.certificates import client_tls
-from proxy.config.settings import Route, Settings
+from proxy.config.route import Route
+from proxy.config.settings import Settings
 from proxy.edge.forward import Upstreams
 from proxy.edge.target import Origin
 

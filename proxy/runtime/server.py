@@ -26,7 +26,8 @@ from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
 
 from proxy import __version__
-from proxy.config.settings import ConfigSource, Settings, parse_hostport
+from proxy.config.settings import Settings, parse_hostport
+from proxy.config.sources import ConfigSource
 from proxy.config.yamlfile import RuleError
 from proxy.edge.limits import FdWatch, connection_budget, raise_nofile
 from proxy.edge.tls import ListenerCertificate, reload_counter

@@ -21,7 +21,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, multiprocess
 from structlog.typing import FilteringBoundLogger
 
-from proxy.config.settings import ConfigSource, Settings, parse_hostport
+from proxy.config.settings import Settings, parse_hostport
+from proxy.config.sources import ConfigSource
 from proxy.config.yamlfile import RuleError
 from proxy.edge.tls import ListenerCertificate
 from proxy.observation.logs import make_logger, route_stdlib_logging

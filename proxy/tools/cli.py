@@ -19,7 +19,9 @@ from proxy import __version__
 from proxy.config.certificates import TLSFileError, check_files
 from proxy.config.choices import ProtocolName
 from proxy.config.otel import TracingError
-from proxy.config.settings import PACKAGED_RULES, ConfigSource, Route, Settings, load_settings
+from proxy.config.route import Route
+from proxy.config.settings import PACKAGED_RULES, Settings
+from proxy.config.sources import ConfigSource, load_settings, single_upstream
 from proxy.config.yamlfile import RuleError
 from proxy.observation import tracing
 from proxy.policy import nesting
@@ -68,29 +70,16 @@ def _settings_from_args(args: argparse.Namespace) -> tuple[Settings, ConfigSourc
     if not args.upstream:
         raise StartupError("give --upstream URL or --config FILE")
     try:
-        settings = Settings.model_validate(
-            {
-                "routes": [
-                    {
-                        "name": "default",
-                        "prefix": "/",
-                        "upstream": args.upstream,
-                        "success_rules": args.success_rules or [],
-                        **({"protocol": args.protocol} if args.protocol else {}),
-                        **({"tls": upstream_tls} if upstream_tls else {}),
-                        **_openapi_flags(args),
-                        **({"read_timeout": args.read_timeout} if args.read_timeout else {}),
-                        **(
-                            {"connect_timeout": args.connect_timeout}
-                            if args.connect_timeout
-                            else {}
-                        ),
-                    }
-                ],
-                "rules": args.rules or [],
-                **overrides,
-            }
-        )
+        route = {
+            "upstream": args.upstream,
+            "success_rules": args.success_rules or [],
+            **({"protocol": args.protocol} if args.protocol else {}),
+            **({"tls": upstream_tls} if upstream_tls else {}),
+            **_openapi_flags(args),
+            **({"read_timeout": args.read_timeout} if args.read_timeout else {}),
+            **({"connect_timeout": args.connect_timeout} if args.connect_timeout else {}),
+        }
+        settings = single_upstream(route, args.rules or [], overrides)
     except ValidationError as exc:
         errors = exc.errors()
         # a route that fails leaves "routes" empty, and pydantic says so too: not the news

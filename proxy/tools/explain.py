@@ -17,7 +17,8 @@ from typing import Any
 import orjson
 
 from proxy.config.choices import ProtocolName
-from proxy.config.settings import Route, Settings
+from proxy.config.route import Route
+from proxy.config.settings import Settings
 from proxy.policy import nesting
 from proxy.policy.build import BuildOptions
 from proxy.policy.engine import Engine

@@ -66,7 +66,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from proxy.config.choices import ProtocolName
 from proxy.config.redaction import RedactionSettings
-from proxy.config.settings import PACKAGED_RULES, Route, Settings
+from proxy.config.route import Route
+from proxy.config.settings import PACKAGED_RULES, Settings
 from proxy.config.yamlfile import Lines, RuleError, parse_yaml, validation_problems
 from proxy.policy import nesting
 from proxy.policy.build import BuildOptions

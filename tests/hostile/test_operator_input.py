@@ -25,7 +25,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
 
-from proxy.config.settings import Route, Settings, load_settings
+from proxy.config.route import Route
+from proxy.config.settings import Settings
+from proxy.config.sources import load_settings
 from proxy.config.yamlfile import RuleError
 from proxy.observation.logs import make_logger
 from proxy.policy.engine import RuleStore

@@ -28,7 +28,7 @@ from multidict import CIMultiDict
 from structlog.typing import FilteringBoundLogger
 
 from proxy import __version__
-from proxy.config.settings import Route
+from proxy.config.route import Route
 from proxy.edge.failures import Refused
 from proxy.edge.mcptools import asgi, internal
 from proxy.edge.openapi_gate import PRESET

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from proxy.config.choices import Rendering
+from proxy.policy.accept import media_ranges
 from proxy.policy.envelope import Action, Category, Envelope
 
 CONTENT_TYPES: Mapping[Rendering, str] = {
@@ -48,10 +49,6 @@ _OFFERS: tuple[tuple[str, str, Rendering], ...] = (
     ("application", "problem+xml", Rendering.XML),
 )
 _OFFER_ORDER: Mapping[Rendering, int] = {r: i for i, r in enumerate(Rendering)}
-#: Bounds the work one hostile header can cause; real clients send a handful of ranges.
-_MAX_RANGES = 64
-_QVALUE = re.compile(r"\d+(?:\.\d*)?|\.\d+")
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9a-z-]+")
 
 
 class _Score(NamedTuple):
@@ -68,81 +65,24 @@ class _Score(NamedTuple):
 _Prefs = tuple[tuple[Rendering, _Score], ...]
 
 
-def _split_unquoted(text: str, sep: str) -> list[str]:
-    """Split on ``sep`` outside quoted-strings, so ``a="x,y"`` stays one parameter."""
-    if '"' not in text:
-        return text.split(sep)
-    parts: list[str] = []
-    start = 0
-    quoted = escaped = False
-    for i, char in enumerate(text):
-        if escaped:
-            escaped = False
-        elif quoted and char == "\\":
-            escaped = True
-        elif char == '"':
-            quoted = not quoted
-        elif char == sep and not quoted:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return parts
-
-
-def _parse_range(text: str) -> tuple[str, str, float] | None:
-    """``type/subtype;params`` -> (type, subtype, q); ``None`` when malformed."""
-    pieces = _split_unquoted(text, ";")
-    media = pieces[0].strip().lower()
-    if media == "*":  # old Java clients send a bare "*"
-        media = "*/*"
-    kind, slash, subtype = media.partition("/")
-    kind, subtype = kind.strip(), subtype.strip()
-    if not slash or not _TOKEN.fullmatch(kind) or not _TOKEN.fullmatch(subtype):
-        return None
-    if kind == "*" and subtype != "*":
-        return None
-    q = 1.0
-    for param in pieces[1:]:
-        name, _, value = param.partition("=")
-        if name.strip().lower() != "q":
-            continue  # media-type parameters (charset, ...) do not change what we can send
-        value = value.strip()
-        if not _QVALUE.fullmatch(value):
-            return None
-        q = float(value)
-        if q > 1.0:
-            return None
-        break  # anything after q is accept-ext, which has no meaning here
-    return kind, subtype, q
-
-
 def _preferences(accept: str) -> _Prefs:
     """Each rendering the header accepts at all, with its score (independent of the default)."""
-    ranges = [
-        parsed
-        for raw in _split_unquoted(accept, ",")[:_MAX_RANGES]
-        if raw.strip() and (parsed := _parse_range(raw)) is not None
-    ]
+    ranges = media_ranges(accept)
     best: dict[Rendering, _Score] = {}
     for kind, subtype, rendering in _OFFERS:
         match: _Score | None = None
-        for position, (r_kind, r_subtype, q) in enumerate(ranges):
-            if r_kind == kind and r_subtype == subtype:
-                specificity = 2
-            elif r_kind == kind and r_subtype == "*":
-                specificity = 1
-            elif r_kind == "*":
-                specificity = 0
-            else:
+        for position, media in enumerate(ranges):
+            specificity = media.specificity(kind, subtype)
+            if specificity is None:
                 continue
             # The most specific range decides (RFC 9110 §12.5.1); among equally specific
             # duplicates the most generous one wins.
             if (
                 match is None
                 or specificity > match.specificity
-                or (specificity == match.specificity and q > match.q)
+                or (specificity == match.specificity and media.q > match.q)
             ):
-                match = _Score(q, specificity, position)
+                match = _Score(media.q, specificity, position)
         if match is None or match.q <= 0.0:
             continue
         current = best.get(rendering)

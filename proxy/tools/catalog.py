@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import html
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 from urllib.parse import quote
 
@@ -24,6 +24,7 @@ import orjson
 from aiohttp import web
 
 from proxy.config.settings import Settings
+from proxy.policy.accept import MediaRange, media_ranges
 from proxy.policy.build import BuildOptions
 from proxy.policy.codes import CodeDoc, load_codes
 from proxy.policy.envelope import Envelope
@@ -228,23 +229,19 @@ class Catalog:
 # --- rendering ----------------------------------------------------------------------------------
 
 
-def _quality(accept: str, wanted: str) -> float:
+#: What a range naming the type itself, ``type/*`` or ``*/*`` adds to its q: the more specific of
+#: two equal q wins.
+_SPECIFICITY_BONUS = (0.0, 0.001, 0.002)
+
+
+def _quality(ranges: Sequence[MediaRange], kind: str, subtype: str) -> float:
+    """The best q any range gives ``kind/subtype``, plus its specificity bonus; -1 when none."""
     best = -1.0
-    for part in accept.split(","):
-        media, *params = (p.strip() for p in part.split(";"))
-        media = media.lower()
-        if media not in (wanted, wanted.split("/", maxsplit=1)[0] + "/*", "*/*"):
-            continue
-        q = 1.0
-        for param in params:
-            key, _, value = param.partition("=")
-            if key.strip().lower() == "q":
-                try:
-                    q = float(value)
-                except ValueError:
-                    q = 0.0
-        specificity = 0.002 if media == wanted else 0.001 if media != "*/*" else 0.0
-        best = max(best, q + specificity if q > 0 else 0.0)
+    for media in ranges:
+        specificity = media.specificity(kind, subtype)
+        if specificity is not None:
+            q = media.q
+            best = max(best, q + _SPECIFICITY_BONUS[specificity] if q > 0 else 0.0)
     return best
 
 
@@ -252,7 +249,8 @@ def wants_html(accept: str | None) -> bool:
     """HTML when ``Accept`` prefers text/html over application/json; JSON otherwise."""
     if not accept:
         return False
-    html_q, json_q = _quality(accept, "text/html"), _quality(accept, "application/json")
+    ranges = media_ranges(accept)
+    html_q, json_q = _quality(ranges, "text", "html"), _quality(ranges, "application", "json")
     return html_q > 0 and html_q > json_q
 
 

@@ -24,6 +24,7 @@ import orjson
 from proxy.config.choices import Rendering
 from proxy.policy.accept import media_ranges
 from proxy.policy.envelope import Action, Category, Envelope
+from proxy.policy.shorten import shortened
 
 CONTENT_TYPES: Mapping[Rendering, str] = {
     # RFC 8259 defines no charset parameter for JSON: it is always UTF-8.
@@ -325,7 +326,7 @@ _CAUSES: Mapping[Category, str] = {
 
 def _one_line(text: str, limit: int = _NL_VALUE_LIMIT) -> str:
     text = _LINE_UNSAFE.sub(" ", _unsurrogate(text)).strip()
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+    return shortened(text, limit)
 
 
 def _plain(text: str) -> str:

@@ -26,6 +26,7 @@ from proxy.policy.evaluate import Answer, Evaluation, answer_exchange, recorded_
 from proxy.policy.exchange import NOT_JSON, Exchange
 from proxy.policy.protocols.detect import Detector, default_protocols
 from proxy.policy.ruleset import RuleSet, Verdict
+from proxy.policy.shorten import shortened
 
 #: Content-Type assumed for a ``--body-file`` with this extension when no header names one.
 MEDIA_BY_EXTENSION = {
@@ -255,7 +256,7 @@ def _as_text(explanation: Explanation, *, show_all: bool = False) -> str:
     src_width = max((len(v.rule.source) for v in shown), default=0)
     for v in shown:
         mark = "MATCH" if v.matched else "no" if explanation.applies(v) else "skip"
-        reason = v.reason if len(v.reason) <= 160 else v.reason[:159] + "…"
+        reason = shortened(v.reason, 160)
         lines.append(
             f"  {mark:<5}  {v.rule.id:<{id_width}}  {v.rule.source:<{src_width}}  {reason}"
         )

@@ -32,6 +32,7 @@ from proxy.policy.openapi import facts
 from proxy.policy.openapi.document import BASE_URI, Document
 from proxy.policy.openapi.operations import Operation, Operations, Parameter, PathMatch
 from proxy.policy.regex import Linear, linear
+from proxy.policy.shorten import shortened
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
@@ -557,7 +558,7 @@ def _reason(keyword: str, value: Any) -> str:
 def echo(value: Any) -> Any:
     """What was sent, as short as an envelope can carry it."""
     if isinstance(value, str):
-        return value if len(value) <= _ECHO_CHARS else value[: _ECHO_CHARS - 1] + "…"
+        return shortened(value, _ECHO_CHARS)
     if isinstance(value, Mapping | list):
         # a small flat container only: a deep or long one is not echoed (nor measured)
         items = value.values() if isinstance(value, Mapping) else value

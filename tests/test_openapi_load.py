@@ -13,10 +13,10 @@ from multidict import CIMultiDict, MultiDict
 from proxy.config.route import Route
 from proxy.config.settings import Settings
 from proxy.config.yamlfile import RuleError
-from proxy.policy.engine import Engine, RuleStore
 from proxy.policy.openapi import document as documents
 from proxy.policy.openapi import facts
 from proxy.policy.openapi.spec import Mount, Spec
+from proxy.policy.ruleengine import Engine, RuleStore
 
 DATA = Path(__file__).parent / "data" / "openapi"
 ROOT = Mount("/", False, "")

@@ -21,8 +21,8 @@ from proxy.config.route import Route
 from proxy.config.settings import Settings
 from proxy.config.yamlfile import RuleError
 from proxy.observation.logs import make_logger
-from proxy.policy.engine import Engine, RuleStore
 from proxy.policy.rulecheck import undefined_variables
+from proxy.policy.ruleengine import Engine, RuleStore
 from proxy.policy.rulefile import RuleSpec, load_rule_text, load_rules
 from proxy.runtime.admin import create_admin_app
 

@@ -35,7 +35,7 @@ from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 
 from proxy.config import settings
 from proxy.config.settings import PACKAGED_RULES
-from proxy.policy.engine import FALLBACKS, OWN_ERRORS
+from proxy.policy.ruleengine import FALLBACKS, OWN_ERRORS
 from proxy.tools import ruletest
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,6 @@ from aiohttp import web
 
 from proxy.config.route import Route
 from proxy.edge.openapi_refusal import RequestInvalid
-from proxy.policy.engine import Loaded
 from proxy.policy.envelope import Envelope
 from proxy.policy.exchange import NOT_JSON
 from proxy.policy.openapi.check_first import checked_first
@@ -26,6 +25,7 @@ from proxy.policy.openapi.enrich import Request, enrich
 from proxy.policy.openapi.spec import Mount, Spec
 from proxy.policy.openapi.validate import Violation
 from proxy.policy.protocols.base import replayed
+from proxy.policy.ruleengine import Loaded
 
 #: Bytes of a request body read to check it; a longer body goes unchecked (its parameters are
 #: still checked), never refused for its length here.

@@ -38,7 +38,7 @@ from proxy.edge.failures import (
 )
 from proxy.edge.forward import upstream_request_headers
 from proxy.edge.mcptools import internal as tool_calls
-from proxy.edge.mcptools.server import ToolServers
+from proxy.edge.mcptools.mcp_server import ToolServers
 from proxy.edge.openapi_gate import PRESET, OpenAPIGate
 from proxy.edge.passthrough import Redirect, passthrough_headers
 from proxy.edge.target import upstream_target
@@ -46,14 +46,13 @@ from proxy.edge.tunnel import Tunnel
 from proxy.observation.logs import make_logger
 from proxy.observation.metrics import Metrics, RepeatTracker
 from proxy.observation.request_id import request_id
-from proxy.policy import nesting
+from proxy.policy import json_depth as nesting
 from proxy.policy import upstream_body as bodies
 from proxy.policy.build import BuildOptions
 from proxy.policy.crosscall.circuit import Blocked, LastError, open_answer
 from proxy.policy.crosscall.operation import operation_key
 from proxy.policy.crosscall.review import body_digest
 from proxy.policy.crosscall.view import CrossCall
-from proxy.policy.engine import Engine, Loaded, RuleStore
 from proxy.policy.envelope import Action, Category, Envelope
 from proxy.policy.evaluate import (
     Answer,
@@ -74,6 +73,7 @@ from proxy.policy.render import Negotiator, render, safe_header_value
 from proxy.policy.retry import retry_after_ms
 from proxy.policy.retry_safety import LISTING_MARKER, RetrySafety
 from proxy.policy.rulecheck import OWN_FAILURE_VARS
+from proxy.policy.ruleengine import Engine, Loaded, RuleStore
 from proxy.policy.ruleset import Match, RuleSet
 from proxy.runtime.generation import Generation, RouteRuntime, unverified
 from proxy.tools.catalog import BASE as CATALOG_BASE

@@ -28,7 +28,7 @@ from proxy.edge.forward import Upstreams
 from proxy.edge.redirect import UpstreamOrigin
 from proxy.edge.target import Origin
 from proxy.policy.build import BuildOptions
-from proxy.policy.engine import Loaded
+from proxy.policy.ruleengine import Loaded
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from proxy.edge.limits import FdWatch, connection_budget, raise_nofile
 from proxy.edge.tls import ListenerCertificate, reload_counter
 from proxy.observation import tracing
 from proxy.observation.logs import LineWriter, make_logger, route_stdlib_logging
-from proxy.policy.engine import Engine, RuleStore
+from proxy.policy.ruleengine import Engine, RuleStore
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import create_app
 from proxy.runtime.health import health_checks

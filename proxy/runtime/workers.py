@@ -26,7 +26,7 @@ from proxy.config.sources import ConfigSource
 from proxy.config.yamlfile import RuleError
 from proxy.edge.tls import ListenerCertificate
 from proxy.observation.logs import make_logger, route_stdlib_logging
-from proxy.policy.engine import Loaded
+from proxy.policy.ruleengine import Loaded
 from proxy.runtime.admin import admin_application, rules_listing
 from proxy.runtime.health import health_checks
 

@@ -26,11 +26,11 @@ from aiohttp import web
 from proxy.config.settings import Settings
 from proxy.policy.accept import MediaRange, media_ranges
 from proxy.policy.build import BuildOptions
-from proxy.policy.codes import CodeDoc, load_codes
 from proxy.policy.envelope import Envelope
 from proxy.policy.evaluate import agent_redactor, recorded_exchange, rewrite
-from proxy.policy.openapi.codes import OperationCodes
+from proxy.policy.openapi.operation_codes import OperationCodes
 from proxy.policy.ruleset import ERROR_STATUSES, Match, Rule
+from proxy.policy.shared_codes import CodeDoc, load_codes
 
 BASE = "/_mend/errors"
 _EXAMPLE_METHOD, _EXAMPLE_PATH = "POST", "/example"

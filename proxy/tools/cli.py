@@ -24,10 +24,10 @@ from proxy.config.settings import PACKAGED_RULES, Settings
 from proxy.config.sources import ConfigSource, load_settings, single_upstream
 from proxy.config.yamlfile import RuleError
 from proxy.observation import tracing
-from proxy.policy import nesting
-from proxy.policy.engine import Engine
+from proxy.policy import json_depth
 from proxy.policy.exchange import NOT_JSON
 from proxy.policy.redaction.sets import build_set, load_shipped
+from proxy.policy.ruleengine import Engine
 from proxy.policy.rulefile import load_rules, rule_files
 from proxy.policy.ruleset import RuleSet
 from proxy.runtime.server import EarlyHangups, install_uvloop, serve
@@ -412,7 +412,7 @@ def _explain_openapi(
     from proxy.policy.openapi.spec import Mount  # noqa: PLC0415
     from proxy.tools import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
 
-    sent = nesting.loads(request_body.body) if request_body.body else NOT_JSON
+    sent = json_depth.loads(request_body.body) if request_body.body else NOT_JSON
     request = EnrichRequest(
         method=args.method.upper(),
         path=args.path.partition("?")[0],
@@ -434,7 +434,7 @@ def _explain_openapi(
 def _explain_redaction(args: argparse.Namespace) -> int:
     """``explain --redact FILE``: the text as an agent and as the log get it, act by act, with
     the shipped detectors (and, with ``--config``, the route's ``redaction:`` additions)."""
-    from proxy.policy.redaction import explain as redaction_explain  # noqa: PLC0415
+    from proxy.policy.redaction import effects as redaction_explain  # noqa: PLC0415
     from proxy.tools import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
 
     try:

@@ -19,12 +19,12 @@ import orjson
 from proxy.config.choices import ProtocolName
 from proxy.config.route import Route
 from proxy.config.settings import Settings
-from proxy.policy import nesting
+from proxy.policy import json_depth
 from proxy.policy.build import BuildOptions
-from proxy.policy.engine import Engine
 from proxy.policy.evaluate import Answer, Evaluation, answer_exchange, recorded_exchange
 from proxy.policy.exchange import NOT_JSON, Exchange
 from proxy.policy.protocols.detect import Detector, default_protocols
+from proxy.policy.ruleengine import Engine
 from proxy.policy.ruleset import RuleSet, Verdict
 from proxy.policy.shorten import shortened
 
@@ -149,7 +149,7 @@ def explain(
 def _answer_document(answered: Answer | None) -> Any:
     if answered is None or answered.rendered is None or not answered.rendered.body:
         return None
-    document = nesting.loads(answered.rendered.body)
+    document = json_depth.loads(answered.rendered.body)
     return None if document is NOT_JSON else document
 
 

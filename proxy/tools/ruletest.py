@@ -69,9 +69,8 @@ from proxy.config.redaction import RedactionSettings
 from proxy.config.route import Route
 from proxy.config.settings import PACKAGED_RULES, Settings
 from proxy.config.yamlfile import Lines, RuleError, parse_yaml, validation_problems
-from proxy.policy import nesting
+from proxy.policy import json_depth
 from proxy.policy.build import BuildOptions
-from proxy.policy.engine import Engine
 from proxy.policy.envelope import Envelope
 from proxy.policy.evaluate import (
     Answer,
@@ -84,6 +83,7 @@ from proxy.policy.evaluate import (
 from proxy.policy.exchange import NOT_JSON, Exchange
 from proxy.policy.protocols.detect import Detector, default_protocols
 from proxy.policy.redaction import Redactor
+from proxy.policy.ruleengine import Engine
 from proxy.policy.ruleset import RuleSet
 
 #: Where ``mend test`` looks when given no paths.
@@ -433,7 +433,7 @@ def answered_document(answered: Answer | None) -> Any:
     """The JSON the agent receives for a protocol answer (``None``: passed through, or plain)."""
     if answered is None or answered.rendered is None or not answered.rendered.body:
         return None
-    document = nesting.loads(answered.rendered.body)
+    document = json_depth.loads(answered.rendered.body)
     return None if document is NOT_JSON else document
 
 

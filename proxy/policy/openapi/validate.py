@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from proxy.policy import nesting
+from proxy.policy import json_depth
 from proxy.policy.exchange import NOT_JSON
 from proxy.policy.openapi import facts
 from proxy.policy.openapi.document import BASE_URI, Document
@@ -301,7 +301,7 @@ class Checker:
             ]
         if checked.body is None or not _json_type(media_type):
             return []
-        document = nesting.loads(body)
+        document = json_depth.loads(body)
         if document is not NOT_JSON and _LONG_NUMBER in body.translate(_DIGITS):
             # orjson reads an integer past 64 bits as a float; the standard library keeps it
             document = json.loads(body)

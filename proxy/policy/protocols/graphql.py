@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs
 
 from proxy.config.choices import ProtocolName
-from proxy.policy import nesting
+from proxy.policy import json_depth
 from proxy.policy.envelope import Envelope, Severity
 from proxy.policy.exchange import Exchange
 from proxy.policy.protocols.base import (
@@ -95,7 +95,7 @@ def _from_query(query_string: str) -> GraphQLRequest | None:
     return GraphQLRequest(
         query,
         first("operationName"),
-        nesting.loads(variables) if variables is not None else None,
+        json_depth.loads(variables) if variables is not None else None,
     )
 
 

@@ -348,7 +348,7 @@ def protocol_data(error: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def scrubbed_json(value: Any, scrub: Callable[[str], str]) -> Any:
-    """``value`` (parsed JSON, depth-capped by ``nesting``) with every string through ``scrub``;
+    """``value`` (parsed JSON, depth-capped by ``json_depth``) with every string through ``scrub``;
     keys are kept (names a program reads), values that were only internals become empty."""
     if isinstance(value, str):
         return scrub(value)

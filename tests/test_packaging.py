@@ -36,7 +36,7 @@ from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 from proxy.config import settings
 from proxy.config.settings import PACKAGED_RULES
 from proxy.policy.ruleengine import FALLBACKS, OWN_ERRORS
-from proxy.tools import ruletest
+from proxy.tools.ruletest.loading import DEFAULT_TESTS
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
@@ -52,9 +52,9 @@ def test_packs_are_found_through_importlib_resources_in_a_checkout() -> None:
     """A checkout has no proxy/rules/: the packs are the top-level rules/, read in place."""
     assert not (ROOT / "proxy" / "rules").exists()
     assert PACKAGED_RULES == ROOT / "rules"
-    assert ruletest.DEFAULT_TESTS == ROOT / "rules" / "tests"
+    assert DEFAULT_TESTS == ROOT / "rules" / "tests"
     assert len(PACKS) >= 20
-    assert list(ruletest.DEFAULT_TESTS.glob("*.yaml"))  # one per pack: tests/test_packs.py
+    assert list(DEFAULT_TESTS.glob("*.yaml"))  # one per pack: tests/test_packs.py
 
 
 def test_an_installed_proxy_rules_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

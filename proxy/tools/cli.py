@@ -296,9 +296,10 @@ def _check_openapi(path: Path) -> int:
 def _coverage(args: argparse.Namespace, settings: Settings | None, engine: Engine | None) -> int:
     """``check --coverage DIR``: which rules answer the recorded responses in DIR."""
     from proxy.tools import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
-    from proxy.tools import ruletest  # noqa: PLC0415
+    from proxy.tools.ruletest.coverage import coverage, load_recorded  # noqa: PLC0415
+    from proxy.tools.ruletest.engines import Engines  # noqa: PLC0415
 
-    recorded, problems = ruletest.load_recorded(Path(args.coverage))
+    recorded, problems = load_recorded(Path(args.coverage))
     if settings is not None and engine is not None:
         try:
             route = explaining.route_for(settings, args.route, "/")
@@ -308,7 +309,7 @@ def _coverage(args: argparse.Namespace, settings: Settings | None, engine: Engin
         fixed: RuleSet | None = engine.routes[route.name]
     else:
         fixed = None
-    engines = ruletest.Engines(tuple(Path(p) for p in args.paths), not args.no_default_packs)
+    engines = Engines(tuple(Path(p) for p in args.paths), not args.no_default_packs)
 
     def ruleset_for(success_rules: tuple[str, ...]) -> RuleSet:
         if fixed is not None:  # a config's route says which rules run on 2xx
@@ -316,7 +317,7 @@ def _coverage(args: argparse.Namespace, settings: Settings | None, engine: Engin
         return engines.get((), success_rules).routes["default"]
 
     try:
-        result = ruletest.coverage(recorded, ruleset_for)
+        result = coverage(recorded, ruleset_for)
     except RuleError as exc:
         print("\n".join(exc.problems), file=sys.stderr)
         return 1
@@ -325,10 +326,11 @@ def _coverage(args: argparse.Namespace, settings: Settings | None, engine: Engin
 
 
 def _test(args: argparse.Namespace) -> int:
-    from proxy.tools import ruletest  # noqa: PLC0415 - a subcommand's own modules
+    from proxy.tools.ruletest.loading import DEFAULT_TESTS  # noqa: PLC0415 - a subcommand's own modules
+    from proxy.tools.ruletest.runner import run_tests  # noqa: PLC0415
 
-    paths = [Path(p) for p in args.paths] or [ruletest.DEFAULT_TESTS]
-    report = ruletest.run_tests(
+    paths = [Path(p) for p in args.paths] or [DEFAULT_TESTS]
+    report = run_tests(
         paths,
         [Path(p) for p in args.rules or ()],
         default_packs=not args.no_default_packs,
@@ -339,7 +341,7 @@ def _test(args: argparse.Namespace) -> int:
 
 def _explain(args: argparse.Namespace) -> int:
     from proxy.tools import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
-    from proxy.tools import ruletest  # noqa: PLC0415
+    from proxy.tools.ruletest.engines import engine_settings  # noqa: PLC0415
 
     if args.redact is not None:
         return _explain_redaction(args)
@@ -366,7 +368,7 @@ def _explain(args: argparse.Namespace) -> int:
             settings = load_settings(Path(args.config))
             settings = settings.model_copy(update={"rules": (*rules, *settings.rules)})
         else:
-            settings = ruletest.engine_settings(
+            settings = engine_settings(
                 rules,
                 default_packs=not args.no_default_packs,
                 success_rules=args.success_rules or (),

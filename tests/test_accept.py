@@ -6,7 +6,7 @@ import pytest
 
 from proxy.config.choices import Rendering
 from proxy.policy.accept import MAX_RANGES, MediaRange, media_ranges
-from proxy.policy.render import negotiate
+from proxy.policy.negotiation import negotiate
 from proxy.tools.catalog import wants_html
 
 #: Tricky headers (q-values, wildcards, parameters, quoted commas, case, equal q) and what each

@@ -63,13 +63,14 @@ from proxy.policy.evaluate import (
     rewrite,
 )
 from proxy.policy.exchange import NOT_JSON, Exchange
+from proxy.policy.negotiation import Negotiator
 from proxy.policy.openapi.enrich import allow_header
 from proxy.policy.protocols.base import Call, Inspection, Protocol, Rendered
 from proxy.policy.protocols.detect import Detector, default_protocols
 from proxy.policy.protocols.graphql import RESPONSE_TYPE as GRAPHQL_RESPONSE
 from proxy.policy.protocols.sse import Event, EventRewriter
 from proxy.policy.redaction import Redactor, is_internal_header
-from proxy.policy.render import Negotiator, render, safe_header_value
+from proxy.policy.render import render, safe_header_value
 from proxy.policy.retry import retry_after_ms
 from proxy.policy.retry_safety import LISTING_MARKER, RetrySafety
 from proxy.policy.rulecheck import OWN_FAILURE_VARS

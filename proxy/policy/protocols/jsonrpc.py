@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Final
 from proxy.config.choices import ProtocolName
 from proxy.policy.envelope import Category, Envelope
 from proxy.policy.exchange import Exchange
+from proxy.policy.jsontext import json_bytes as dumps
 from proxy.policy.protocols.base import (
     Call,
     Inspection,
@@ -36,7 +37,6 @@ from proxy.policy.protocols.base import (
     is_json_type,
     narrowed,
 )
-from proxy.policy.render import json_bytes as dumps
 
 
 class _NoId:

@@ -23,7 +23,7 @@ from proxy.policy.exchange import NOT_JSON
 from proxy.policy.openapi.check_first import checked_first
 from proxy.policy.openapi.enrich import Request, enrich
 from proxy.policy.openapi.spec import Mount, Spec
-from proxy.policy.openapi.validate import Violation
+from proxy.policy.openapi.violations import Violation
 from proxy.policy.protocols.base import replayed
 from proxy.policy.ruleengine import Loaded
 

@@ -20,7 +20,7 @@ import orjson
 
 from proxy.edge.mcptools.tools import ToolSpec
 from proxy.policy.openapi.spec import Mount, Spec
-from proxy.policy.openapi.validate import Violation, echo
+from proxy.policy.openapi.violations import Violation, echo
 
 #: What a missing path parameter is sent as, so the path still names the operation; the
 #: request never leaves mend (the missing parameter is a violation).

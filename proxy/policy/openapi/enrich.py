@@ -27,7 +27,7 @@ from proxy.policy.openapi import facts
 from proxy.policy.openapi.named import named_fields
 from proxy.policy.openapi.operations import Link, Operation, PathMatch, Template, split
 from proxy.policy.openapi.spec import Mount, Spec
-from proxy.policy.openapi.validate import Violation, echo
+from proxy.policy.openapi.violations import Violation, echo
 
 #: Operations named in ``allowed_values.operations`` for an undocumented path.
 NEAREST = 3

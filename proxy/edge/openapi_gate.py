@@ -20,8 +20,9 @@ from proxy.config.route import Route
 from proxy.edge.openapi_refusal import RequestInvalid
 from proxy.policy.envelope import Envelope
 from proxy.policy.exchange import NOT_JSON
+from proxy.policy.openapi.agent_request import Request
 from proxy.policy.openapi.check_first import checked_first
-from proxy.policy.openapi.enrich import Request, enrich
+from proxy.policy.openapi.enrich import enrich
 from proxy.policy.openapi.spec import Mount, Spec
 from proxy.policy.openapi.violations import Violation
 from proxy.policy.protocols.base import replayed

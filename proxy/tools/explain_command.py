@@ -96,7 +96,7 @@ def _explain_openapi(
 ) -> dict[str, Any]:
     """The route's document applied to the explained envelope (in place), and what it used."""
     from proxy.policy.openapi import report as openapi_report  # noqa: PLC0415
-    from proxy.policy.openapi.enrich import Request as EnrichRequest  # noqa: PLC0415
+    from proxy.policy.openapi.agent_request import Request as EnrichRequest  # noqa: PLC0415
     from proxy.policy.openapi.spec import Mount  # noqa: PLC0415
     from proxy.tools import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
 

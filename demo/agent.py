@@ -292,23 +292,26 @@ def pick_allowed(allowed: Any) -> Any:
     if isinstance(allowed, list | tuple):
         return allowed[0] if allowed else _NOTHING
     if isinstance(allowed, dict):
-        for key in ("enum", "one_of", "choices", "values", "examples"):
-            options = allowed.get(key)
-            if isinstance(options, list) and options:
-                return options[0]
-        for key in ("default", "minimum", "min", "ge", "gte", "maximum", "max", "le", "lte"):
-            if isinstance(allowed.get(key), int | float | str) and not isinstance(
-                allowed.get(key), bool
-            ):
-                return allowed[key]
-        for key, step in (("exclusiveMinimum", 1), ("gt", 1), ("exclusiveMaximum", -1), ("lt", -1)):
-            bound = allowed.get(key)
-            if isinstance(bound, int) and not isinstance(bound, bool):
-                return bound + step
-        return _NOTHING
-    if allowed is None:
-        return _NOTHING
-    return allowed
+        return _pick_from_constraints(allowed)
+    return _NOTHING if allowed is None else allowed
+
+
+def _pick_from_constraints(allowed: dict[str, Any]) -> Any:
+    """The first option listed, else a bound that is itself allowed, else one past a strict one."""
+    for key in ("enum", "one_of", "choices", "values", "examples"):
+        options = allowed.get(key)
+        if isinstance(options, list) and options:
+            return options[0]
+    for key in ("default", "minimum", "min", "ge", "gte", "maximum", "max", "le", "lte"):
+        if isinstance(allowed.get(key), int | float | str) and not isinstance(
+            allowed.get(key), bool
+        ):
+            return allowed[key]
+    for key, step in (("exclusiveMinimum", 1), ("gt", 1), ("exclusiveMaximum", -1), ("lt", -1)):
+        bound = allowed.get(key)
+        if isinstance(bound, int) and not isinstance(bound, bool):
+            return bound + step
+    return _NOTHING
 
 
 @dataclass(frozen=True)

@@ -281,10 +281,8 @@ def _shown(default: Any) -> str:
         return "`null`"
     if isinstance(default, bool):
         return f"`{str(default).lower()}`"
-    if isinstance(default, tuple):
-        return "`[]`"
-    if isinstance(default, BaseModel):  # a block of its own keys, all at their defaults
-        return "`{}`"
+    if isinstance(default, tuple | BaseModel):  # a list, or a block of its own keys at defaults
+        return "`[]`" if isinstance(default, tuple) else "`{}`"
     if isinstance(default, float) and default.is_integer():
         return f"`{int(default)}`"
     return f"`{getattr(default, 'value', default)}`"

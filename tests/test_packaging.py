@@ -327,6 +327,19 @@ def _files(root: Path) -> set[Path]:
     return {p for p in root.rglob("*")}
 
 
+def _wait_ready(proc: subprocess.Popen[bytes], admin: int, log: Path) -> None:
+    """Until the admin port says ready; the run's log when it exits or takes a minute."""
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{admin}/readyz", timeout=2):
+                return
+        except (urllib.error.URLError, OSError):
+            assert time.monotonic() < deadline, "mend run did not become ready"
+            time.sleep(0.2)
+
+
 @pytest.mark.slow
 def test_wheel_in_a_fresh_venv_outside_the_checkout(
     wheel: tuple[Path, str], tmp_path: Path
@@ -396,15 +409,7 @@ def test_wheel_in_a_fresh_venv_outside_the_checkout(
             cwd=elsewhere, env={**env, "TMPDIR": str(tmpdir)}, stdout=log, stderr=log,
         )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{admin}/readyz", timeout=2):
-                    break
-            except (urllib.error.URLError, OSError):
-                assert time.monotonic() < deadline, "mend run did not become ready"
-                time.sleep(0.2)
+        _wait_ready(proc, admin, tmp_path / "run.log")
         assert [p.name for p in tmpdir.iterdir() if p.name.startswith("mend-metrics-")]
     finally:
         proc.terminate()

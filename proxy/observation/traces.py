@@ -382,28 +382,7 @@ def _protocol(
     if call is None or protocol is None:
         return None
     if isinstance(protocol, JsonRpc):
-        rpc = protocol.request(call)
-        single = rpc.single if rpc is not None else None
-        if single is None:
-            return None
-        method = _clip(single.method)
-        if single.id is not NO_ID and single.id is not None:
-            attributes["jsonrpc.request.id"] = _clip(str(single.id))
-        if protocol.name is ProtocolName.MCP:
-            attributes["mcp.method.name"] = method
-            if session is not None:
-                attributes["mcp.session.id"] = _clip(session)
-            if version is not None:
-                attributes["mcp.protocol.version"] = _clip(version)
-            tool = single.tool
-            if tool is not None:
-                attributes["gen_ai.tool.name"] = _clip(tool)
-                attributes["gen_ai.operation.name"] = "execute_tool"
-                return f"{method} {_clip(tool)}"
-            return method
-        attributes["rpc.system"] = "jsonrpc"
-        attributes["rpc.method"] = method
-        return method
+        return _jsonrpc(protocol, call, session, version, attributes)
     if isinstance(protocol, GraphQL):
         found = protocol.request(call)
         if found is None or not found.operation_name:
@@ -412,3 +391,35 @@ def _protocol(
         attributes["graphql.operation.name"] = operation
         return operation
     return None
+
+
+def _jsonrpc(
+    protocol: JsonRpc,
+    call: Call,
+    session: str | None,
+    version: str | None,
+    attributes: dict[str, Any],
+) -> str | None:
+    """A JSON-RPC call's span name and attributes; MCP's conventions for an MCP one."""
+    rpc = protocol.request(call)
+    single = rpc.single if rpc is not None else None
+    if single is None:
+        return None
+    method = _clip(single.method)
+    if single.id is not NO_ID and single.id is not None:
+        attributes["jsonrpc.request.id"] = _clip(str(single.id))
+    if protocol.name is not ProtocolName.MCP:
+        attributes["rpc.system"] = "jsonrpc"
+        attributes["rpc.method"] = method
+        return method
+    attributes["mcp.method.name"] = method
+    if session is not None:
+        attributes["mcp.session.id"] = _clip(session)
+    if version is not None:
+        attributes["mcp.protocol.version"] = _clip(version)
+    tool = single.tool
+    if tool is None:
+        return method
+    attributes["gen_ai.tool.name"] = _clip(tool)
+    attributes["gen_ai.operation.name"] = "execute_tool"
+    return f"{method} {_clip(tool)}"

@@ -96,27 +96,28 @@ PLAIN = _Style(_plain, _plain, markdown=False)
 MARKDOWN = _Style(_md, _md_code, markdown=True)
 
 
+#: The Retry line of the actions whose line names nothing of the envelope.
+_RETRY_LINES: Mapping[Action, str] = {
+    Action.FIX_REQUEST: "Only after changing the request as described below.",
+    Action.REAUTHENTICATE: "Only after obtaining fresh credentials.",
+    Action.ESCALATE: "No. Do not retry; tell the user what failed.",
+}
+_REPORT_LINE = "No. The API or the proxy is at fault; report it with the request id."
+
+
 def _retry_line(envelope: Envelope, style: _Style) -> str:
     action = envelope.action
     if envelope.applied == "unknown" and action is not Action.RETRY:
         return "Not yet: the request may already have taken effect; check first (see below)."
     if action is Action.RETRY:
-        return (
-            f"Yes. Send the same request unchanged after {envelope.retry_after_ms} ms."
-            if envelope.retry_after_ms is not None
-            else "Yes. Send the same request unchanged."
-        )
-    if action is Action.FIX_REQUEST:
-        return "Only after changing the request as described below."
+        wait = envelope.retry_after_ms
+        after = f" after {wait} ms" if wait is not None else ""
+        return f"Yes. Send the same request unchanged{after}."
     if action is Action.CALL_OTHER_OPERATION:
         if envelope.next_operation:
             return f"Only after calling {style.code(envelope.next_operation)} first (see below)."
         return "Only after completing the steps below."
-    if action is Action.REAUTHENTICATE:
-        return "Only after obtaining fresh credentials."
-    if action is Action.ESCALATE:
-        return "No. Do not retry; tell the user what failed."
-    return "No. The API or the proxy is at fault; report it with the request id."
+    return _RETRY_LINES.get(action, _REPORT_LINE)
 
 
 _FALLBACK_STEPS: Mapping[Action, str] = {

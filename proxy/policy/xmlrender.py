@@ -43,6 +43,24 @@ def _available_actions(envelope: Envelope) -> list[str]:
     return actions
 
 
+def _fields(envelope: Envelope, data: dict[str, Any]) -> list[str]:
+    """``<field>`` for the main field when no invalid field names it, then one per invalid field."""
+    out = []
+    if envelope.field is not None and all(
+        item.field != envelope.field for item in envelope.invalid_fields
+    ):
+        out.append(f"  <field pointer={_xa(envelope.field)}/>")
+    for item in data["invalid_fields"]:
+        out.append(f"  <field pointer={_xa(item['field'])}>")
+        out.append(f"    <reason>{_xt(item['reason'])}</reason>")
+        if item["received"] is not None:
+            out.append(f"    <received>{_xv(item['received'])}</received>")
+        if item["allowed_values"] is not None:
+            out.append(f"    <allowed_values>{_xv(item['allowed_values'])}</allowed_values>")
+        out.append("  </field>")
+    return out
+
+
 def render_xml(envelope: Envelope) -> bytes:
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
@@ -65,18 +83,7 @@ def render_xml(envelope: Envelope) -> bytes:
     out.append("  </available_actions>")
     # Values come from the JSON-mode dump so that the XML says exactly what the JSON says.
     data = envelope.as_dict()
-    if envelope.field is not None and all(
-        item.field != envelope.field for item in envelope.invalid_fields
-    ):
-        out.append(f"  <field pointer={_xa(envelope.field)}/>")
-    for item in data["invalid_fields"]:
-        out.append(f"  <field pointer={_xa(item['field'])}>")
-        out.append(f"    <reason>{_xt(item['reason'])}</reason>")
-        if item["received"] is not None:
-            out.append(f"    <received>{_xv(item['received'])}</received>")
-        if item["allowed_values"] is not None:
-            out.append(f"    <allowed_values>{_xv(item['allowed_values'])}</allowed_values>")
-        out.append("  </field>")
+    out.extend(_fields(envelope, data))
     if data["allowed_values"] is not None:
         out.append(f"  <allowed_values>{_xv(data['allowed_values'])}</allowed_values>")
     if data["suggested_value"] is not None:

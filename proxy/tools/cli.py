@@ -5,10 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from proxy import __version__
 from proxy.config.choices import ProtocolName
 from proxy.tools import check_command, explain_command, run_command
+
+if TYPE_CHECKING:  # generic for type checkers only
+    #: What ``add_subparsers`` returns: each command's parser is added to it.
+    _Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _status(text: str) -> int:
@@ -21,13 +26,8 @@ def _status(text: str) -> int:
     return value
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="mend", description="Turns legacy API errors into agent-readable envelopes."
-    )
-    parser.add_argument("--version", action="version", version=f"mend {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _run_parser(sub: _Commands) -> None:
+    """``mend run``'s flags."""
     run = sub.add_parser("run", help="run the proxy")
     run.add_argument("--upstream", help="URL of the API to put mend in front of")
     run.add_argument("--rules", action="append", help="rule file or directory (repeatable)")
@@ -97,6 +97,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(handler=run_command.run)
 
+
+def _check_parser(sub: _Commands) -> None:
+    """``mend check``'s flags."""
     check = sub.add_parser("check", help="validate rule files")
     check.add_argument("paths", nargs="*", help="rule files or directories (default: rules/)")
     check.add_argument("--config", help="validate a config file and every rule it names")
@@ -116,16 +119,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(handler=check_command.check)
 
+
+def _test_parser(sub: _Commands) -> None:
+    """``mend test``'s flags."""
     test = sub.add_parser("test", help="run rule test cases")
     test.add_argument("paths", nargs="*", help="case files or directories (default: rules/tests/)")
     test.add_argument("--rules", action="append", help="extra rule file for every case")
     test.add_argument("--no-default-packs", action="store_true", help="do not load rules/ packs")
     test.set_defaults(handler=check_command.test)
 
+
+def _config_parser(sub: _Commands) -> None:
+    """``mend config``'s flags."""
     config = sub.add_parser("config", help="about the config file")
     config.add_argument("--schema", action="store_true", help="print its JSON Schema")
     config.set_defaults(handler=check_command.config_schema)
 
+
+def _explain_parser(sub: _Commands) -> None:
+    """``mend explain``'s flags."""
     exp = sub.add_parser("explain", help="show which rule a response matches, and why")
     exp.add_argument("--status", type=_status, help="the upstream's status (required)")
     exp.add_argument(
@@ -160,6 +172,19 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--all", action="store_true", help="also list rules for other statuses")
     exp.add_argument("--json", action="store_true", help="print a machine-readable report")
     exp.set_defaults(handler=explain_command.explain)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mend", description="Turns legacy API errors into agent-readable envelopes."
+    )
+    parser.add_argument("--version", action="version", version=f"mend {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _run_parser(sub)
+    _check_parser(sub)
+    _test_parser(sub)
+    _config_parser(sub)
+    _explain_parser(sub)
     return parser
 
 

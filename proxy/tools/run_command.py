@@ -205,21 +205,29 @@ def _errors(problems: Sequence[str]) -> int:
     return 2
 
 
-def run(args: argparse.Namespace) -> int:
-    hangups = EarlyHangups()  # a SIGHUP from here on is a reload once mend serves, not its end
+def _checked(args: argparse.Namespace) -> tuple[Settings, ConfigSource | None, Engine]:
+    """The settings, where they are read again from, and their engine, once everything a running
+    mend needs loads; ``StartupError`` with every problem otherwise."""
     try:
         settings, source = _settings_from_args(args)
         engine = Engine.load(settings)  # refuse to start on the errors `mend check` reports
     except RuleError as exc:  # one line a problem, as the logs and `mend check` say it
-        return _errors(exc.problems)
-    except StartupError as exc:
-        return _errors(exc.problems)
+        raise StartupError(*exc.problems) from None
     if tls_problems := check_files(settings):  # certificates, keys and CAs load, or no start
-        return _errors([_tls_problem(exc, args) for exc in tls_problems])
+        raise StartupError(*(_tls_problem(exc, args) for exc in tls_problems))
     try:  # OTEL_* and tracing: are honoured, or no start
         tracing.check(settings.tracing, os.environ)
     except TracingError as exc:
-        return _errors([str(exc)])
+        raise StartupError(str(exc)) from None
+    return settings, source, engine
+
+
+def run(args: argparse.Namespace) -> int:
+    hangups = EarlyHangups()  # a SIGHUP from here on is a reload once mend serves, not its end
+    try:
+        settings, source, engine = _checked(args)
+    except StartupError as exc:
+        return _errors(exc.problems)
     if settings.workers > 1:
         run_workers(settings, source)
         return 0

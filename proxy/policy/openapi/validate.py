@@ -26,7 +26,7 @@ from proxy.policy import json_depth
 from proxy.policy.exchange import NOT_JSON
 from proxy.policy.openapi import facts
 from proxy.policy.openapi.document import BASE_URI, Document
-from proxy.policy.openapi.operations import Operation, Operations, Parameter, PathMatch
+from proxy.policy.openapi.operations import Body, Operation, Operations, Parameter, PathMatch
 from proxy.policy.openapi.schema_prep import (
     NULLABLE_BESIDE,
     RS_FORMATS,
@@ -256,10 +256,7 @@ class Checker:
         if spec is None or body is None:  # None: a body mend did not read (over its cap, encoded)
             return []
         if not body:
-            if spec.required:
-                allowed = facts.allowed_values(spec.schema, self.document) if spec.schema else None
-                return [Violation("", "body", "a request body is required", None, allowed, None)]
-            return []
+            return self._missing_body(spec)
         media_type = content_type.split(";", maxsplit=1)[0].strip().lower()
         if spec.media_types and not _accepted(media_type, spec.media_types):
             return [
@@ -274,10 +271,7 @@ class Checker:
             ]
         if checked.body is None or not _json_type(media_type):
             return []
-        document = json_depth.loads(body)
-        if document is not NOT_JSON and _LONG_NUMBER in body.translate(_DIGITS):
-            # orjson reads an integer past 64 bits as a float; the standard library keeps it
-            document = json.loads(body)
+        document = _json_body(body)
         if document is NOT_JSON:
             return [
                 Violation(
@@ -285,6 +279,13 @@ class Checker:
                 )
             ]
         return self._violations(checked.body, document, "", "body")
+
+    def _missing_body(self, spec: Body) -> list[Violation]:
+        """An empty body: a violation when the operation requires one."""
+        if not spec.required:
+            return []
+        allowed = facts.allowed_values(spec.schema, self.document) if spec.schema else None
+        return [Violation("", "body", "a request body is required", None, allowed, None)]
 
     def _violations(
         self, compiled: Compiled, instance: Any, base: str, location: str
@@ -385,6 +386,15 @@ def _coerce(text: str, kind: str | None) -> Any:
     if kind == "boolean" and text in ("true", "false"):
         return text == "true"
     return text
+
+
+def _json_body(body: bytes) -> Any:
+    """The body parsed (``NOT_JSON`` when it is not JSON, or nests too deep), every integer kept."""
+    document = json_depth.loads(body)
+    if document is not NOT_JSON and _LONG_NUMBER in body.translate(_DIGITS):
+        # orjson reads an integer past 64 bits as a float; the standard library keeps it
+        document = json.loads(body)
+    return document
 
 
 def _json_type(media_type: str) -> bool:

@@ -37,23 +37,33 @@ def _same_scalar(expected: Any, got: Any) -> bool:
 def differences(expected: Any, got: Any, path: str = "") -> list[Difference]:
     """Where ``got`` fails to contain ``expected`` (subset semantics, see the module docstring)."""
     if isinstance(expected, dict):
-        if not isinstance(got, dict):
-            return [Difference(path or "(envelope)", expected, got)]
-        out: list[Difference] = []
-        for key, value in expected.items():
-            sub = f"{path}.{key}" if path else str(key)
-            out.extend(differences(value, got.get(key, _MISSING), sub))
-        return out
+        return _dict_differences(expected, got, path)
     if isinstance(expected, list):
-        if not isinstance(got, list):
-            return [Difference(path, expected, got)]
-        if len(expected) != len(got):
-            return [Difference(f"{path} (length {len(expected)} vs {len(got)})", expected, got)]
-        return [
-            d
-            for i, (e, g) in enumerate(zip(expected, got, strict=True))
-            for d in differences(e, g, f"{path}[{i}]")
-        ]
+        return _list_differences(expected, got, path)
     if got is _MISSING or not _same_scalar(expected, got):
         return [Difference(path, expected, got)]
     return []
+
+
+def _dict_differences(expected: dict[Any, Any], got: Any, path: str) -> list[Difference]:
+    """Each key of ``expected`` compared with ``got``'s, which must be a mapping."""
+    if not isinstance(got, dict):
+        return [Difference(path or "(envelope)", expected, got)]
+    out: list[Difference] = []
+    for key, value in expected.items():
+        sub = f"{path}.{key}" if path else str(key)
+        out.extend(differences(value, got.get(key, _MISSING), sub))
+    return out
+
+
+def _list_differences(expected: list[Any], got: Any, path: str) -> list[Difference]:
+    """Each element of ``expected`` compared with ``got``'s at its position; as many of them."""
+    if not isinstance(got, list):
+        return [Difference(path, expected, got)]
+    if len(expected) != len(got):
+        return [Difference(f"{path} (length {len(expected)} vs {len(got)})", expected, got)]
+    return [
+        d
+        for i, (e, g) in enumerate(zip(expected, got, strict=True))
+        for d in differences(e, g, f"{path}[{i}]")
+    ]

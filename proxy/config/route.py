@@ -19,7 +19,7 @@ _SERVER_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
 
 
 class UpstreamTLS(Frozen):
-    """How a route's connections to its ``https://`` upstream are secured (``proxy/edge/tls.py``).
+    """How a route's connections to its ``https://`` upstream are secured (``certificates.py``).
 
     With no ``tls:`` block an https upstream is verified against the system's CAs by its URL's
     host, as curl and aiohttp do.

@@ -223,18 +223,10 @@ class ToolServers:
             method, target, body = made.method, made.target, made.body
             state = {PRESET: made.violations}
         line = f"{method} {target.split('?', 1)[0]}"
-        answer = await internal.run(
-            self._handler,
-            method,
-            target,
-            headers,
-            body,
-            remote=request.remote,
-            scheme=request.scheme,
-            host=request.host,
-            limit=MAX_RESULT_BODY,
-            state=state,
+        call = internal.InternalRequest(
+            method, target, headers, body, request.remote, request.scheme, request.host
         )
+        answer = await internal.run(self._handler, call, limit=MAX_RESULT_BODY, state=state)
         return tool, answer, context, line
 
 

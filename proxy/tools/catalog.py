@@ -64,8 +64,8 @@ def example_envelope(rule: Rule, *, own: bool = False, docs_base_url: str = "") 
         headers=headers,
         method=_EXAMPLE_METHOD,
         path=_EXAMPLE_PATH,
-        request_id="req_example",
     )
+    exchange.request_id = "req_example"
     if own:
         exchange.status = None
     _, found, _ = rule.test(exchange)

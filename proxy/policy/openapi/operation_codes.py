@@ -77,8 +77,8 @@ def operation_codes(engine: Any, settings: Settings) -> list[dict[str, Any]]:
                     headers={"Content-Type": "application/json"} if body else {},
                     method=operation.method,
                     path=operation.path,
-                    route=route.name,
                 )
+                exchange.route = route.name
                 match = ruleset.match(exchange)
                 if match is not None:
                     codes[key] = [match.rule.envelope.spec.code]

@@ -53,74 +53,9 @@ def re2_source(source: str) -> str:
     after_quantifier = False
     while i < n:
         char = source[i]
-        if char == "\\":
-            escape, i = _escape_at(source, i)
-            out.append(_OUTSIDE.get(escape, _unicode_escape(escape)))
-            after_quantifier = False
-        elif char == "[":
-            j = i + 1
-            parts = ["["]
-            if j < n and source[j] == "^":
-                parts.append("^")
-                j += 1
-            if j < n and source[j] == "]":
-                parts.append("\\]")
-                j += 1
-            while j < n and source[j] != "]":
-                if source[j] == "\\":
-                    escape, j = _escape_at(source, j)
-                    if escape in _NEGATED:
-                        raise re2.error("a negated class escape inside a class")
-                    parts.append(_INSIDE.get(escape, _unicode_escape(escape)))
-                else:
-                    parts.append(source[j])
-                    j += 1
-            if parts[1] != "^" and re.fullmatch(source[i : j + 1], "i", re.IGNORECASE):
-                if parts[-1] == "-":  # a last "-" is literal: after it, the i's made a range
-                    parts[-1] = "\\-"
-                parts.append(_TURKISH_I)
-            parts.append("]")
-            out.append("".join(parts))
-            i = j + 1
-            after_quantifier = False
-        elif char == "$":
-            out.append("(?m:$)")  # Python's $ also matches before a final newline
-            i += 1
-            after_quantifier = False
-        elif source.startswith(("(?=", "(?!", "(?<=", "(?<!"), i):
-            depth, j = 0, i
-            while j < n:
-                if source[j] == "\\":
-                    j += 2
-                    continue
-                if source[j] == "[":
-                    j += 1
-                    while j < n and source[j] != "]":
-                        j += 2 if source[j] == "\\" else 1
-                elif source[j] == "(":
-                    depth += 1
-                elif source[j] == ")":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                j += 1
-            i = j + 1
-            after_quantifier = False
-        elif source.startswith("(?>", i):
-            out.append("(?:")
-            i += 3
-            after_quantifier = False
-        elif source.startswith("(?P=", i):
-            raise re2.error("backreference")
-        elif m := _GROUP_HEADER.match(source, i):
-            out.append(m.group(0))  # flags or a name: RE2 reads the same syntax
-            i = m.end()
-            after_quantifier = False
-        elif char in "*+?":
-            if after_quantifier and char == "+":
-                pass  # possessive: the greedy form matches at least as much
-            else:
-                out.append(char)
+        if char in "*+?":
+            if not (after_quantifier and char == "+"):
+                out.append(char)  # a possessive +: the greedy form matches at least as much
             after_quantifier = not after_quantifier
             i += 1
         elif char == "{" and (m := _COUNTED.match(source, i)):
@@ -129,10 +64,78 @@ def re2_source(source: str) -> str:
             i = m.end()
             after_quantifier = True
         else:
-            out.append(f"[{char}{_TURKISH_I}]" if char in "iI" else char)
-            i += 1
+            piece, i = _atom(source, i)
+            out.append(piece)
             after_quantifier = False
     return "".join(out)
+
+
+def _atom(source: str, i: int) -> tuple[str, int]:
+    """The widened form of what starts at ``source[i]`` (no quantifier), and where it ends."""
+    if source[i] == "\\":
+        escape, end = _escape_at(source, i)
+        return _OUTSIDE.get(escape, _unicode_escape(escape)), end
+    if source[i] == "[":
+        return _widened_class(source, i)
+    if source.startswith(("(?=", "(?!", "(?<=", "(?<!"), i):
+        return "", _lookaround_end(source, i) + 1  # an assertion dropped only widens
+    if source.startswith("(?P=", i):
+        raise re2.error("backreference")
+    if m := _GROUP_HEADER.match(source, i):
+        return m.group(0), m.end()  # flags or a name: RE2 reads the same syntax
+    if source.startswith("(?>", i):
+        return "(?:", i + 3  # an atomic group matches what its plain group does, or less
+    return _WIDENED_CHAR.get(source[i], source[i]), i + 1
+
+
+def _widened_class(source: str, i: int) -> tuple[str, int]:
+    """The character class at ``source[i]`` in RE2's syntax, Unicode-wide, and where it ends."""
+    n = len(source)
+    j = i + 1
+    parts = ["["]
+    if j < n and source[j] == "^":
+        parts.append("^")
+        j += 1
+    if j < n and source[j] == "]":
+        parts.append("\\]")
+        j += 1
+    while j < n and source[j] != "]":
+        if source[j] == "\\":
+            escape, j = _escape_at(source, j)
+            if escape in _NEGATED:
+                raise re2.error("a negated class escape inside a class")
+            parts.append(_INSIDE.get(escape, _unicode_escape(escape)))
+        else:
+            parts.append(source[j])
+            j += 1
+    if parts[1] != "^" and re.fullmatch(source[i : j + 1], "i", re.IGNORECASE):
+        if parts[-1] == "-":  # a last "-" is literal: after it, the i's made a range
+            parts[-1] = "\\-"
+        parts.append(_TURKISH_I)
+    parts.append("]")
+    return "".join(parts), j + 1
+
+
+def _lookaround_end(source: str, i: int) -> int:
+    """Where the lookaround group opening at ``source[i]`` closes (its ``)``)."""
+    n = len(source)
+    depth, j = 0, i
+    while j < n:
+        if source[j] == "\\":
+            j += 2
+            continue
+        if source[j] == "[":
+            j += 1
+            while j < n and source[j] != "]":
+                j += 2 if source[j] == "\\" else 1
+        elif source[j] == "(":
+            depth += 1
+        elif source[j] == ")":
+            depth -= 1
+            if depth == 0:
+                break
+        j += 1
+    return j
 
 
 _COUNTED = re.compile(r"\{(\d*),?\d*\}")
@@ -140,6 +143,9 @@ _GROUP_HEADER = re.compile(r"\(\?(?:P<\w+>|[aiLmsux-]*[:)])")
 # re.I folds i with U+0130 and U+0131 (Turkish dotted and dotless i), RE2's (?i) does not: every
 # i may be one of them (only ever wider).
 _TURKISH_I = r"\x{130}\x{131}"
+#: Single characters the gate spells wider: Python's ``$`` also matches before a final newline,
+#: and every i may be a Turkish one.
+_WIDENED_CHAR = {"$": "(?m:$)", "i": f"[i{_TURKISH_I}]", "I": f"[I{_TURKISH_I}]"}
 # Python's \w, \d, \s are Unicode-aware and RE2's are ASCII: spell them out so the gate is
 # never narrower. \b is dropped (an assertion removed only widens a match).
 _WORD = r"\p{L}\p{M}\p{N}_"

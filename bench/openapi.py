@@ -38,7 +38,8 @@ from bench.callgrind import _TOTAL
 from bench.procs import ProcessGroup, free_port, pinned, wait_ready
 from bench.wrk import parse_wrk
 from proxy.policy.envelope import Category, Envelope, InvalidField
-from proxy.policy.openapi.enrich import Request, enrich
+from proxy.policy.openapi.agent_request import Request
+from proxy.policy.openapi.enrich import enrich
 from proxy.policy.openapi.spec import Mount, Spec
 
 REPO = Path(__file__).resolve().parent.parent

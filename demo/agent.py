@@ -292,23 +292,26 @@ def pick_allowed(allowed: Any) -> Any:
     if isinstance(allowed, list | tuple):
         return allowed[0] if allowed else _NOTHING
     if isinstance(allowed, dict):
-        for key in ("enum", "one_of", "choices", "values", "examples"):
-            options = allowed.get(key)
-            if isinstance(options, list) and options:
-                return options[0]
-        for key in ("default", "minimum", "min", "ge", "gte", "maximum", "max", "le", "lte"):
-            if isinstance(allowed.get(key), int | float | str) and not isinstance(
-                allowed.get(key), bool
-            ):
-                return allowed[key]
-        for key, step in (("exclusiveMinimum", 1), ("gt", 1), ("exclusiveMaximum", -1), ("lt", -1)):
-            bound = allowed.get(key)
-            if isinstance(bound, int) and not isinstance(bound, bool):
-                return bound + step
-        return _NOTHING
-    if allowed is None:
-        return _NOTHING
-    return allowed
+        return _pick_from_constraints(allowed)
+    return _NOTHING if allowed is None else allowed
+
+
+def _pick_from_constraints(allowed: dict[str, Any]) -> Any:
+    """The first option listed, else a bound that is itself allowed, else one past a strict one."""
+    for key in ("enum", "one_of", "choices", "values", "examples"):
+        options = allowed.get(key)
+        if isinstance(options, list) and options:
+            return options[0]
+    for key in ("default", "minimum", "min", "ge", "gte", "maximum", "max", "le", "lte"):
+        if isinstance(allowed.get(key), int | float | str) and not isinstance(
+            allowed.get(key), bool
+        ):
+            return allowed[key]
+    for key, step in (("exclusiveMinimum", 1), ("gt", 1), ("exclusiveMaximum", -1), ("lt", -1)):
+        bound = allowed.get(key)
+        if isinstance(bound, int) and not isinstance(bound, bool):
+            return bound + step
+    return _NOTHING
 
 
 @dataclass(frozen=True)
@@ -417,6 +420,14 @@ class RunReport:
         return self.completed / len(self.results) if self.results else 0.0
 
 
+@dataclass(frozen=True)
+class _Stop:
+    """Why the work on a task ends: its outcome, and the last line of its trail."""
+
+    outcome: Outcome
+    note: str
+
+
 @dataclass
 class AgentSettings:
     max_attempts: int = 4
@@ -505,49 +516,80 @@ class Agent:
                 continue
             code, action = envelope.get("code"), envelope.get("action")
             trail.append(f"{call.describe()} -> {reply.short()} {code} ({action})")
-            if action == "retry":
-                wait_ms = envelope.get("retry_after_ms")
-                wait_s = (wait_ms if isinstance(wait_ms, int | float) else 1000) / 1000
-                if wait_s > self._settings.max_wait_s:
-                    return result("failed", attempt, f"asked to wait {wait_s:g}s, too long")
-                trail.append(f"waited {wait_s:g}s")
-                await asyncio.sleep(wait_s)
-            elif action == "fix_request":
-                base = _arguments_base(call)
-                fixes = [replace(f, pointer=base + f.pointer) for f in plan_fixes(envelope)]
-                try:
-                    fixed = apply_fixes(call.json, fixes)
-                except PointerError as exc:
-                    return result("failed", attempt, f"cannot apply the fix: {exc}")
-                if not fixes or fixed == call.json:
-                    return result("failed", attempt, "envelope offers no value to send")
-                trail.append("set " + ", ".join(f"{f.pointer}={f.value!r}" for f in fixes))
-                call = replace(call, json=fixed)
-            elif action == "call_other_operation":
-                operation = envelope.get("next_operation")
-                args = envelope.get("next_operation_args")
-                first = (
-                    parse_operation(operation, args if isinstance(args, dict) else None)
-                    if isinstance(operation, str)
-                    else None
-                )
-                if first is None:
-                    return result("failed", attempt, f"unusable next_operation {operation!r}")
-                first_reply = await self.send(replace(first, headers=dict(call.headers)))
-                trail.append(f"{first.describe()} -> {first_reply.short()}")
-                if not 200 <= first_reply.status < 300:
-                    return result("failed", attempt, "the prerequisite call failed")
-            elif action == "reauthenticate":
-                token = await self._token()
-                if token is None:
-                    return result("failed", attempt, "could not get a new token")
-                trail.append(f"POST {self._settings.token_path} -> new token")
-                call = replace(call, headers={**call.headers, "Authorization": f"Bearer {token}"})
-            elif action in {"escalate", "report_bug"}:
-                return result("escalated", attempt, "stopped and told the human")
-            else:
-                return result("failed", attempt, f"unknown action {action!r}")
+            step = await self._follow(action, envelope, call, trail)
+            if isinstance(step, _Stop):
+                return result(step.outcome, attempt, step.note)
+            call = step
         return result("failed", self._settings.max_attempts, "out of attempts")
+
+    async def _follow(
+        self, action: Any, envelope: dict[str, Any], call: Call, trail: list[str]
+    ) -> Call | _Stop:
+        """The call to send next as the envelope's ``action`` says, or why the task stops."""
+        if action in {"escalate", "report_bug"}:
+            return _Stop("escalated", "stopped and told the human")
+        steps = {
+            "retry": self._wait,
+            "fix_request": self._fix,
+            "call_other_operation": self._call_first,
+            "reauthenticate": self._reauthenticate,
+        }
+        step = steps.get(action) if isinstance(action, str) else None
+        if step is None:
+            return _Stop("failed", f"unknown action {action!r}")
+        return await step(envelope, call, trail)
+
+    async def _wait(self, envelope: dict[str, Any], call: Call, trail: list[str]) -> Call | _Stop:
+        """``retry``: wait as long as asked (unless too long), then the same call."""
+        wait_ms = envelope.get("retry_after_ms")
+        wait_s = (wait_ms if isinstance(wait_ms, int | float) else 1000) / 1000
+        if wait_s > self._settings.max_wait_s:
+            return _Stop("failed", f"asked to wait {wait_s:g}s, too long")
+        trail.append(f"waited {wait_s:g}s")
+        await asyncio.sleep(wait_s)
+        return call
+
+    async def _fix(self, envelope: dict[str, Any], call: Call, trail: list[str]) -> Call | _Stop:
+        """``fix_request``: the call with the values the envelope offers set."""
+        base = _arguments_base(call)
+        fixes = [replace(f, pointer=base + f.pointer) for f in plan_fixes(envelope)]
+        try:
+            fixed = apply_fixes(call.json, fixes)
+        except PointerError as exc:
+            return _Stop("failed", f"cannot apply the fix: {exc}")
+        if not fixes or fixed == call.json:
+            return _Stop("failed", "envelope offers no value to send")
+        trail.append("set " + ", ".join(f"{f.pointer}={f.value!r}" for f in fixes))
+        return replace(call, json=fixed)
+
+    async def _call_first(
+        self, envelope: dict[str, Any], call: Call, trail: list[str]
+    ) -> Call | _Stop:
+        """``call_other_operation``: the operation it names first, then the same call again."""
+        operation = envelope.get("next_operation")
+        args = envelope.get("next_operation_args")
+        first = (
+            parse_operation(operation, args if isinstance(args, dict) else None)
+            if isinstance(operation, str)
+            else None
+        )
+        if first is None:
+            return _Stop("failed", f"unusable next_operation {operation!r}")
+        first_reply = await self.send(replace(first, headers=dict(call.headers)))
+        trail.append(f"{first.describe()} -> {first_reply.short()}")
+        if not 200 <= first_reply.status < 300:
+            return _Stop("failed", "the prerequisite call failed")
+        return call
+
+    async def _reauthenticate(
+        self, envelope: dict[str, Any], call: Call, trail: list[str]
+    ) -> Call | _Stop:
+        """``reauthenticate``: a new token, then the call with it."""
+        token = await self._token()
+        if token is None:
+            return _Stop("failed", "could not get a new token")
+        trail.append(f"POST {self._settings.token_path} -> new token")
+        return replace(call, headers={**call.headers, "Authorization": f"Bearer {token}"})
 
 
 async def run_agent(

@@ -14,9 +14,10 @@ from aiohttp import web
 from aiohttp.test_utils import BaseTestServer, TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
+from proxy.config.route import Route
+from proxy.config.settings import Settings
 from proxy.observation.logs import make_logger
 from proxy.runtime.app import MendServer, create_app
-from proxy.runtime.settings import Route, Settings
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ROOT = Path(__file__).resolve().parent.parent

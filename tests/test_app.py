@@ -16,8 +16,8 @@ from aiohttp import web
 
 import proxy.policy.evaluate
 import proxy.runtime.app
-from proxy.policy.protocols.base import ProtocolName
-from proxy.runtime.settings import Route
+from proxy.config.choices import ProtocolName
+from proxy.config.route import Route
 from tests.conftest import StartMend, StartUpstream
 
 JAVA_TRACE = (

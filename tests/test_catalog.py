@@ -15,12 +15,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
+from proxy.config.route import Route
+from proxy.config.settings import Settings
 from proxy.observation.logs import make_logger
-from proxy.policy.codes import load_codes
-from proxy.policy.engine import Engine, RuleStore
+from proxy.policy.ruleengine import Engine, RuleStore
+from proxy.policy.shared_codes import load_codes
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import create_app
-from proxy.runtime.settings import Route, Settings
 from proxy.tools.catalog import wants_html
 from tests.conftest import MendTestServer, StartMend, StartUpstream
 

@@ -197,7 +197,8 @@ def test_large_upload_streams_in_flat_memory(
 @pytest.mark.parametrize("form", ["upstream", "config"])
 def test_no_watch_turns_the_file_watcher_off(tmp_path: Path, form: str) -> None:
     """``--no-watch`` is ``watch_rules: false``, over a config that says otherwise too."""
-    from proxy.tools.cli import _parser, _settings_from_args  # noqa: PLC0415 (private helpers)
+    from proxy.tools.cli import _parser  # noqa: PLC0415 (private helpers)
+    from proxy.tools.run_command import _settings_from_args  # noqa: PLC0415
 
     config = tmp_path / "mend.yaml"
     config.write_text("watch_rules: true\nroutes: [{name: a, upstream: 'http://127.0.0.1:1'}]\n")

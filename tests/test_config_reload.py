@@ -24,10 +24,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
+from proxy.config.sources import ConfigSource
 from proxy.observation.logs import make_logger
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import MendServer, create_app
-from proxy.runtime.settings import ConfigSource
 from proxy.runtime.watch import RuleWatcher
 from tests.conftest import MendTestServer
 from tests.test_reload import eventually, free_port, metric
@@ -160,7 +160,9 @@ async def test_a_request_in_flight_finishes_on_the_configuration_it_started_with
     a.release.set()
     response = await in_flight
     assert await response.json() == {"upstream": "A", "slow": True}
-    await eventually(lambda: not running.server.proxy.generations.draining and not old.upstreams._sessions)
+    await eventually(
+        lambda: not running.server.proxy.generations.draining and not old.upstreams._sessions
+    )
 
 
 async def test_an_unchanged_route_keeps_its_warm_connections_across_a_reload(

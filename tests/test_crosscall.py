@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from proxy.config.crosscall import SessionSettings, StateSettings
+from proxy.config.route import Route
+from proxy.config.settings import Settings
 from proxy.policy.crosscall.circuit import Blocked
-from proxy.policy.crosscall.config import SessionSettings, StateSettings
 from proxy.policy.crosscall.memory import MemoryStore
 from proxy.policy.crosscall.patterns import load_suggestions
 from proxy.policy.crosscall.session import Sessions
-from proxy.runtime.settings import Route, Settings
 from tests.conftest import Mend, StartMend, StartUpstream
 from tests.test_app import free_port
 
@@ -446,9 +447,9 @@ async def test_a_probe_that_never_reports_is_given_up() -> None:
     not hold the circuit half-open forever: after open_s another probe may go."""
     from prometheus_client import CollectorRegistry  # noqa: PLC0415
 
+    from proxy.config.crosscall import CircuitSettings  # noqa: PLC0415
     from proxy.observation.logs import make_logger  # noqa: PLC0415
     from proxy.policy.crosscall.circuit import Circuits  # noqa: PLC0415
-    from proxy.policy.crosscall.config import CircuitSettings  # noqa: PLC0415
     from proxy.policy.crosscall.guard import Guard  # noqa: PLC0415
 
     registry, log = CollectorRegistry(), make_logger(io.StringIO())
@@ -530,9 +531,9 @@ async def test_circuit_tables_are_capped() -> None:
     oldest are forgotten, the tables never grow beyond their caps."""
     from prometheus_client import CollectorRegistry  # noqa: PLC0415
 
+    from proxy.config.crosscall import CircuitSettings  # noqa: PLC0415
     from proxy.observation.logs import make_logger  # noqa: PLC0415
     from proxy.policy.crosscall import circuit, memory  # noqa: PLC0415
-    from proxy.policy.crosscall.config import CircuitSettings  # noqa: PLC0415
     from proxy.policy.crosscall.guard import Guard  # noqa: PLC0415
 
     registry, log = CollectorRegistry(), make_logger(io.StringIO())

@@ -517,6 +517,124 @@ def _envelope(
     )
 
 
+def _fake_422(request: web.Request, status: int, body: Any, response: web.Response) -> web.Response:
+    item = body["detail"][0]
+    pointer = "/" + item["loc"][-1]
+    return _envelope(
+        request,
+        status,
+        "VALIDATION_FAILED",
+        "fix_request",
+        category="validation",
+        field=pointer,
+        suggested_value=1,
+        invalid_fields=[{"field": pointer, "reason": item["msg"], "received": item["input"]}],
+    )
+
+
+def _fake_400(request: web.Request, status: int, body: Any, response: web.Response) -> web.Response:
+    allowed = {"quantity": {"minimum": 1}, "sku": ["WIDGET-1", "WIDGET-2", "GADGET-9"]}
+    return _envelope(
+        request,
+        status,
+        "VALIDATION_FAILED",
+        "fix_request",
+        category="validation",
+        invalid_fields=[
+            {"field": f"/{k}", "reason": v[0], "allowed_values": allowed[k]}
+            for k, v in body.items()
+        ],
+    )
+
+
+def _fake_500(request: web.Request, status: int, body: Any, response: web.Response) -> web.Response:
+    return _envelope(request, status, "INTERNAL_ERROR", "report_bug")
+
+
+def _fake_429(request: web.Request, status: int, body: Any, response: web.Response) -> web.Response:
+    return _envelope(
+        request,
+        status,
+        "RATE_LIMITED",
+        "retry",
+        category="rate_limit",
+        retry_after_ms=int(response.headers["Retry-After"]) * 1000,
+    )
+
+
+def _fake_503(request: web.Request, status: int, body: Any, response: web.Response) -> web.Response:
+    return _envelope(request, status, "SERVICE_UNAVAILABLE", "retry", category="unavailable")
+
+
+def _fake_401(request: web.Request, status: int, body: Any, response: web.Response) -> web.Response:
+    return _envelope(request, status, "AUTHENTICATION_REQUIRED", "reauthenticate", category="auth")
+
+
+def _fake_409(request: web.Request, status: int, body: Any, response: web.Response) -> web.Response:
+    order_id = re.search(r"Order (\d+)", body["message"])
+    assert order_id is not None
+    return _envelope(
+        request,
+        status,
+        "ORDER_NOT_CONFIRMED",
+        "call_other_operation",
+        category="precondition",
+        next_operation=f"POST /api/orders/{order_id[1]}/confirm",
+        next_operation_args={"order_id": order_id[1]},
+    )
+
+
+#: The envelope mend's rules would make of each status the legacy API answers with.
+_FAKE_ENVELOPES: dict[int, Callable[[web.Request, int, Any, web.Response], web.Response]] = {
+    422: _fake_422,
+    400: _fake_400,
+    500: _fake_500,
+    429: _fake_429,
+    503: _fake_503,
+    401: _fake_401,
+    409: _fake_409,
+}
+
+
+def _fake_tool_result(request: web.Request, status: int, body: Any) -> web.Response | None:
+    """An MCP tool result with ``isError``: the envelope in its ``_meta``."""
+    result = body.get("result") if isinstance(body, dict) else None
+    if isinstance(result, dict) and result.get("isError") is True:  # an MCP tool result
+        envelope = _envelope(
+            request,
+            status,
+            "VALIDATION_FAILED",
+            "fix_request",
+            category="validation",
+            field="/priority",
+            suggested_value=5,
+            invalid_fields=[{"field": "/priority", "reason": "at most 5", "received": 9}],
+        )
+        error = json.loads(envelope.text or "{}")["error"]
+        meta = {"mend/error": error}
+        answer = {"isError": True, "content": [{"type": "text", "text": "x"}], "_meta": meta}
+        return web.json_response({"jsonrpc": "2.0", "id": body["id"], "result": answer})
+    return None
+
+
+def _fake_graphql(request: web.Request, status: int, body: Any) -> web.Response | None:
+    """A GraphQL 200 with ``errors``: the unknown field it names, and the one it meant."""
+    if status == 200 and isinstance(body, dict) and body.get("errors"):
+        typo = re.search(r'field "(\w+)".*Did you mean "(\w+)"', body["errors"][0]["message"])
+        assert typo is not None
+        return _envelope(
+            request,
+            status,
+            "GRAPHQL_VALIDATION_FAILED",
+            "fix_request",
+            category="validation",
+            field="/query",
+            suggested_value=typo[2],
+            invalid_fields=[{"field": "/query", "reason": "unknown field", "received": typo[1]}],
+        )
+    return None
+
+
 def _fake_mend_middleware(timeout_s: float) -> Any:
     """Turns the legacy API's errors into envelopes, the way mend's rules would, by hand."""
 
@@ -532,96 +650,13 @@ def _fake_mend_middleware(timeout_s: float) -> Any:
         status = response.status
         text = response.text or ""
         body: Any = json.loads(text) if response.content_type == "application/json" else None
-        if status == 422:
-            item = body["detail"][0]
-            pointer = "/" + item["loc"][-1]
-            return _envelope(
-                request,
-                status,
-                "VALIDATION_FAILED",
-                "fix_request",
-                category="validation",
-                field=pointer,
-                suggested_value=1,
-                invalid_fields=[
-                    {"field": pointer, "reason": item["msg"], "received": item["input"]}
-                ],
-            )
-        if status == 400:
-            allowed = {"quantity": {"minimum": 1}, "sku": ["WIDGET-1", "WIDGET-2", "GADGET-9"]}
-            return _envelope(
-                request,
-                status,
-                "VALIDATION_FAILED",
-                "fix_request",
-                category="validation",
-                invalid_fields=[
-                    {"field": f"/{k}", "reason": v[0], "allowed_values": allowed[k]}
-                    for k, v in body.items()
-                ],
-            )
-        if status == 500:
-            return _envelope(request, status, "INTERNAL_ERROR", "report_bug")
-        if status == 429:
-            return _envelope(
-                request,
-                status,
-                "RATE_LIMITED",
-                "retry",
-                category="rate_limit",
-                retry_after_ms=int(response.headers["Retry-After"]) * 1000,
-            )
-        if status == 503:
-            return _envelope(
-                request, status, "SERVICE_UNAVAILABLE", "retry", category="unavailable"
-            )
-        if status == 401:
-            return _envelope(
-                request, status, "AUTHENTICATION_REQUIRED", "reauthenticate", category="auth"
-            )
-        if status == 409:
-            order_id = re.search(r"Order (\d+)", body["message"])
-            assert order_id is not None
-            return _envelope(
-                request,
-                status,
-                "ORDER_NOT_CONFIRMED",
-                "call_other_operation",
-                category="precondition",
-                next_operation=f"POST /api/orders/{order_id[1]}/confirm",
-                next_operation_args={"order_id": order_id[1]},
-            )
-        result = body.get("result") if isinstance(body, dict) else None
-        if isinstance(result, dict) and result.get("isError") is True:  # an MCP tool result
-            envelope = _envelope(
-                request,
-                status,
-                "VALIDATION_FAILED",
-                "fix_request",
-                category="validation",
-                field="/priority",
-                suggested_value=5,
-                invalid_fields=[{"field": "/priority", "reason": "at most 5", "received": 9}],
-            )
-            error = json.loads(envelope.text or "{}")["error"]
-            meta = {"mend/error": error}
-            answer = {"isError": True, "content": [{"type": "text", "text": "x"}], "_meta": meta}
-            return web.json_response({"jsonrpc": "2.0", "id": body["id"], "result": answer})
-        if status == 200 and isinstance(body, dict) and body.get("errors"):
-            typo = re.search(r'field "(\w+)".*Did you mean "(\w+)"', body["errors"][0]["message"])
-            assert typo is not None
-            return _envelope(
-                request,
-                status,
-                "GRAPHQL_VALIDATION_FAILED",
-                "fix_request",
-                category="validation",
-                field="/query",
-                suggested_value=typo[2],
-                invalid_fields=[
-                    {"field": "/query", "reason": "unknown field", "received": typo[1]}
-                ],
-            )
+        fake = _FAKE_ENVELOPES.get(status)
+        if fake is not None:
+            return fake(request, status, body, response)
+        if (answered := _fake_tool_result(request, status, body)) is not None:
+            return answered
+        if (answered := _fake_graphql(request, status, body)) is not None:
+            return answered
         return response
 
     return fake_mend

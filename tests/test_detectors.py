@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.policy.engine import Engine, RuleStore
+from proxy.config.route import Route
+from proxy.config.settings import Settings
+from proxy.config.yamlfile import RuleError
 from proxy.policy.redaction import functions
 from proxy.policy.redaction.detectors import (
     ACTIONS,
@@ -24,12 +26,11 @@ from proxy.policy.redaction.detectors import (
     LoadedDetector,
     load_detector_text,
 )
+from proxy.policy.redaction.effects import acts_on, as_json, as_text, explain_text
 from proxy.policy.redaction.engine import Redactor
-from proxy.policy.redaction.explain import acts_on, as_json, as_text, explain_text
 from proxy.policy.redaction.sets import build_set, default_set, load_shipped
 from proxy.policy.redaction.table import TABLE_END, TABLE_START, render_table
-from proxy.policy.rulefile import RuleError
-from proxy.runtime.settings import Route, Settings
+from proxy.policy.ruleengine import Engine, RuleStore
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = load_shipped()

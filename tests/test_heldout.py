@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from proxy.policy.evaluate import Evaluation
-from proxy.tools import ruletest
+from proxy.tools.ruletest.engines import Engines, replay
 
 HELDOUT = Path(__file__).resolve().parent / "corpus" / "heldout"
 
@@ -42,11 +42,11 @@ def _load() -> list[dict[str, Any]]:
 CASES = _load()
 
 
-ENGINES = ruletest.Engines()
+ENGINES = Engines()
 
 
 def _run(case: dict[str, Any], success_rules: tuple[str, ...]) -> Evaluation | None:
-    return ruletest.replay(ENGINES, case["response"], case.get("request"), success_rules)
+    return replay(ENGINES, case["response"], case.get("request"), success_rules)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.policy.protocols.base import ProtocolName
+from proxy.config.choices import ProtocolName
 from tests.conftest import StartMend, StartUpstream
 from tests.test_app import free_port
 

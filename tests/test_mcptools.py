@@ -517,9 +517,9 @@ def test_colliding_names_get_their_location(tmp_path: Path) -> None:
 
 def test_arguments_go_back_where_they_came_from(tmp_path: Path) -> None:
     """Each argument lands in its own part of the request: path, query, JSON body."""
-    from proxy.edge.mcptools.arguments import http_call  # noqa: PLC0415
+    from proxy.config.route import Route  # noqa: PLC0415
+    from proxy.edge.mcptools.call_request import http_call  # noqa: PLC0415
     from proxy.policy.openapi.spec import Mount  # noqa: PLC0415
-    from proxy.runtime.settings import Route  # noqa: PLC0415
 
     spec, tool = colliding_tool(tmp_path)
     mount = Mount.of(Route(name="r", prefix="/api", strip_prefix=True, upstream="http://u"))
@@ -580,9 +580,9 @@ async def test_demo_tool_agent_follows_next_operation_to_a_tool(
 
 def test_too_deep_arguments_are_a_violation(tmp_path: Path) -> None:
     """Arguments nested deeper than JSON can be sent are an invalid call, not a crash."""
-    from proxy.edge.mcptools.arguments import http_call  # noqa: PLC0415
+    from proxy.config.route import Route  # noqa: PLC0415
+    from proxy.edge.mcptools.call_request import http_call  # noqa: PLC0415
     from proxy.policy.openapi.spec import Mount  # noqa: PLC0415
-    from proxy.runtime.settings import Route  # noqa: PLC0415
 
     deep: Any = "x"
     for _ in range(300):
@@ -795,9 +795,9 @@ async def test_each_mcp_session_is_its_own_cross_call_session(
 @pytest.mark.parametrize("value", ["..", ".", ""])
 def test_path_argument_cannot_move_the_path(tmp_path: Path, value: str) -> None:
     """A path argument that is no segment, or a dot segment, is refused, never sent."""
-    from proxy.edge.mcptools.arguments import http_call  # noqa: PLC0415
+    from proxy.config.route import Route  # noqa: PLC0415
+    from proxy.edge.mcptools.call_request import http_call  # noqa: PLC0415
     from proxy.policy.openapi.spec import Mount  # noqa: PLC0415
-    from proxy.runtime.settings import Route  # noqa: PLC0415
 
     spec, tool = colliding_tool(tmp_path)
     call = http_call(
@@ -870,16 +870,16 @@ async def test_calls_do_not_list_the_tools_again(
     start_mend: StartMend, inventory: Inventory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """2026-07-28 calls check their arguments' headers against tools made once, not re-listed."""
-    from proxy.edge.mcptools import server  # noqa: PLC0415
+    from proxy.edge.mcptools import mcp_server  # noqa: PLC0415
 
     listed: list[int] = []
-    original = server._RouteServer._list_tools
+    original = mcp_server._RouteServer._list_tools
 
     async def counted(self: Any, ctx: Any, params: Any) -> Any:
         listed.append(1)
         return await original(self, ctx, params)
 
-    monkeypatch.setattr(server._RouteServer, "_list_tools", counted)
+    monkeypatch.setattr(mcp_server._RouteServer, "_list_tools", counted)
     mend = await mend_for(start_mend, inventory)
     async with agent(mend, "auto") as client:
         await client.list_tools()

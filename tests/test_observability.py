@@ -309,14 +309,28 @@ def schema_errors(value: Any, schema: Any, root: dict[str, Any], at: str = "") -
         for part in schema["$ref"].removeprefix("#/").split("/"):
             node = node[part]
         return schema_errors(value, node, root, at)
+    mismatch = _mismatch(value, schema, root, at)
+    if mismatch is not None:
+        return [mismatch]
+    errors: list[str] = []
+    if isinstance(value, dict):
+        errors += _object_errors(value, schema, root, at)
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            errors += schema_errors(item, schema["items"], root, f"{at}/{i}")
+    return errors
+
+
+def _mismatch(value: Any, schema: Any, root: dict[str, Any], at: str) -> str | None:
+    """What ``anyOf``, ``const``, ``enum`` or ``type`` says of ``value`` itself, if it fails."""
     if "anyOf" in schema:
         branches = [schema_errors(value, s, root, at) for s in schema["anyOf"]]
         if all(branches):
-            return [f"{at or '/'}: matches no alternative ({min(branches, key=len)[0]})"]
+            return f"{at or '/'}: matches no alternative ({min(branches, key=len)[0]})"
     if "const" in schema and value != schema["const"]:
-        return [f"{at or '/'}: {value!r} is not {schema['const']!r}"]
+        return f"{at or '/'}: {value!r} is not {schema['const']!r}"
     if "enum" in schema and value not in schema["enum"]:
-        return [f"{at or '/'}: {value!r} not one of {schema['enum']}"]
+        return f"{at or '/'}: {value!r} not one of {schema['enum']}"
     if "type" in schema:
         types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
         ok = any(
@@ -325,22 +339,22 @@ def schema_errors(value: Any, schema: Any, root: dict[str, Any], at: str = "") -
             for t in types
         )
         if not ok:
-            return [f"{at or '/'}: {type(value).__name__} is not {types}"]
-    errors: list[str] = []
-    if isinstance(value, dict):
-        props = schema.get("properties", {})
-        errors += [f"{at}/{k}: required" for k in schema.get("required", []) if k not in value]
-        extra = schema.get("additionalProperties", True)
-        for key, item in value.items():
-            if key in props:
-                errors += schema_errors(item, props[key], root, f"{at}/{key}")
-            elif extra is False:
-                errors.append(f"{at}/{key}: not allowed here")
-            elif isinstance(extra, dict):
-                errors += schema_errors(item, extra, root, f"{at}/{key}")
-    if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        for i, item in enumerate(value):
-            errors += schema_errors(item, schema["items"], root, f"{at}/{i}")
+            return f"{at or '/'}: {type(value).__name__} is not {types}"
+    return None
+
+
+def _object_errors(value: dict[str, Any], schema: Any, root: dict[str, Any], at: str) -> list[str]:
+    """An object's required, known and additional properties."""
+    props = schema.get("properties", {})
+    errors = [f"{at}/{k}: required" for k in schema.get("required", []) if k not in value]
+    extra = schema.get("additionalProperties", True)
+    for key, item in value.items():
+        if key in props:
+            errors += schema_errors(item, props[key], root, f"{at}/{key}")
+        elif extra is False:
+            errors.append(f"{at}/{key}: not allowed here")
+        elif isinstance(extra, dict):
+            errors += schema_errors(item, extra, root, f"{at}/{key}")
     return errors
 
 

@@ -10,12 +10,13 @@ import pytest
 import yaml
 from multidict import CIMultiDict, MultiDict
 
-from proxy.policy.engine import Engine, RuleStore
+from proxy.config.route import Route
+from proxy.config.settings import Settings
+from proxy.config.yamlfile import RuleError
 from proxy.policy.openapi import document as documents
 from proxy.policy.openapi import facts
 from proxy.policy.openapi.spec import Mount, Spec
-from proxy.policy.rulefile import RuleError
-from proxy.runtime.settings import Route, Settings
+from proxy.policy.ruleengine import Engine, RuleStore
 
 DATA = Path(__file__).parent / "data" / "openapi"
 ROOT = Mount("/", False, "")

@@ -20,8 +20,9 @@ from hypothesis_jsonschema import from_schema
 from multidict import CIMultiDict, MultiDict
 
 from proxy.policy.envelope import Category, Envelope, InvalidField
+from proxy.policy.openapi.agent_request import Request
 from proxy.policy.openapi.document import Document
-from proxy.policy.openapi.enrich import Request, enrich
+from proxy.policy.openapi.enrich import enrich
 from proxy.policy.openapi.spec import Mount, Spec
 from tests.conftest import StartMend, StartUpstream
 

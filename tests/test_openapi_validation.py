@@ -12,7 +12,7 @@ import pytest
 from multidict import CIMultiDict, MultiDict
 
 from proxy.policy.openapi.spec import Mount, Spec
-from proxy.policy.openapi.validate import Violation
+from proxy.policy.openapi.violations import Violation
 
 ROOT = Mount("/", False, "")
 

@@ -17,12 +17,14 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from proxy.config.route import Route
+from proxy.config.settings import Settings
+from proxy.config.yamlfile import RuleError
 from proxy.observation.logs import make_logger
-from proxy.policy.engine import Engine, RuleStore
 from proxy.policy.rulecheck import undefined_variables
-from proxy.policy.rulefile import RuleError, RuleSpec, load_rule_text, load_rules
+from proxy.policy.ruleengine import Engine, RuleStore
+from proxy.policy.rulefile import RuleSpec, load_rule_text, load_rules
 from proxy.runtime.admin import create_admin_app
-from proxy.runtime.settings import Route, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -279,10 +281,8 @@ def _shown(default: Any) -> str:
         return "`null`"
     if isinstance(default, bool):
         return f"`{str(default).lower()}`"
-    if isinstance(default, tuple):
-        return "`[]`"
-    if isinstance(default, BaseModel):  # a block of its own keys, all at their defaults
-        return "`{}`"
+    if isinstance(default, tuple | BaseModel):  # a list, or a block of its own keys at defaults
+        return "`[]`" if isinstance(default, tuple) else "`{}`"
     if isinstance(default, float) and default.is_integer():
         return f"`{int(default)}`"
     return f"`{getattr(default, 'value', default)}`"

@@ -1,7 +1,7 @@
 """``pip install .`` is a complete mend: the packs, their tests and every data file in the wheel.
 
 In a checkout the packs are the top-level ``rules/``; pyproject.toml maps that directory into the
-wheel as ``proxy/rules/`` (package data), where ``proxy.runtime.settings`` finds it through
+wheel as ``proxy/rules/`` (package data), where ``proxy.config.settings`` finds it through
 ``importlib.resources``. The fast tests check the mapping, the lookup, and a real wheel's contents
 (built, as the Dockerfile's build stage builds it, from exactly the files that stage copies); the
 slow one installs that wheel in a fresh virtualenv and runs ``mend check``, ``mend test``,
@@ -33,10 +33,10 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 
-from proxy.policy.engine import FALLBACKS, OWN_ERRORS
-from proxy.runtime import settings
-from proxy.runtime.settings import PACKAGED_RULES
-from proxy.tools import ruletest
+from proxy.config import settings
+from proxy.config.settings import PACKAGED_RULES
+from proxy.policy.ruleengine import FALLBACKS, OWN_ERRORS
+from proxy.tools.ruletest.loading import DEFAULT_TESTS
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
@@ -52,9 +52,9 @@ def test_packs_are_found_through_importlib_resources_in_a_checkout() -> None:
     """A checkout has no proxy/rules/: the packs are the top-level rules/, read in place."""
     assert not (ROOT / "proxy" / "rules").exists()
     assert PACKAGED_RULES == ROOT / "rules"
-    assert ruletest.DEFAULT_TESTS == ROOT / "rules" / "tests"
+    assert DEFAULT_TESTS == ROOT / "rules" / "tests"
     assert len(PACKS) >= 20
-    assert list(ruletest.DEFAULT_TESTS.glob("*.yaml"))  # one per pack: tests/test_packs.py
+    assert list(DEFAULT_TESTS.glob("*.yaml"))  # one per pack: tests/test_packs.py
 
 
 def test_an_installed_proxy_rules_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -327,6 +327,19 @@ def _files(root: Path) -> set[Path]:
     return {p for p in root.rglob("*")}
 
 
+def _wait_ready(proc: subprocess.Popen[bytes], admin: int, log: Path) -> None:
+    """Until the admin port says ready; the run's log when it exits or takes a minute."""
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{admin}/readyz", timeout=2):
+                return
+        except (urllib.error.URLError, OSError):
+            assert time.monotonic() < deadline, "mend run did not become ready"
+            time.sleep(0.2)
+
+
 @pytest.mark.slow
 def test_wheel_in_a_fresh_venv_outside_the_checkout(
     wheel: tuple[Path, str], tmp_path: Path
@@ -362,7 +375,7 @@ def test_wheel_in_a_fresh_venv_outside_the_checkout(
 
     where = subprocess.run(
         [str(bin_dir / "python"), "-c",
-         "import proxy.runtime.settings as s; print(s.__file__); print(s.PACKAGED_RULES)"],
+         "import proxy.config.settings as s; print(s.__file__); print(s.PACKAGED_RULES)"],
         cwd=elsewhere, env=env, capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     site = env_dir.resolve()
@@ -396,15 +409,7 @@ def test_wheel_in_a_fresh_venv_outside_the_checkout(
             cwd=elsewhere, env={**env, "TMPDIR": str(tmpdir)}, stdout=log, stderr=log,
         )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{admin}/readyz", timeout=2):
-                    break
-            except (urllib.error.URLError, OSError):
-                assert time.monotonic() < deadline, "mend run did not become ready"
-                time.sleep(0.2)
+        _wait_ready(proc, admin, tmp_path / "run.log")
         assert [p.name for p in tmpdir.iterdir() if p.name.startswith("mend-metrics-")]
     finally:
         proc.terminate()

@@ -13,17 +13,19 @@ from typing import Any
 import pytest
 import yaml
 
+from proxy.config.settings import PACKAGED_RULES
 from proxy.policy.evaluate import Evaluation
 from proxy.policy.rulefile import load_rules
-from proxy.runtime.settings import PACKAGED_RULES
-from proxy.tools import ruletest
+from proxy.tools.ruletest.cases import Case, LoadedCase
+from proxy.tools.ruletest.engines import Engines, replay
+from proxy.tools.ruletest.runner import run_case
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = sorted((ROOT / "rules" / "tests").glob("*.yaml"))
 CORPUS = ROOT / "tests" / "corpus" / "responses"
 
 
-ENGINES = ruletest.Engines()
+ENGINES = Engines()
 
 
 def _run(
@@ -32,7 +34,7 @@ def _run(
     success_rules: tuple[str, ...] = (),
     protocol: str = "http",
 ) -> Evaluation | None:
-    return ruletest.replay(ENGINES, response, request, success_rules, protocol)
+    return replay(ENGINES, response, request, success_rules, protocol)
 
 
 def _cases() -> list[Any]:
@@ -67,8 +69,8 @@ def test_every_pack_has_cases() -> None:
 def test_case(file: Path, case: dict[str, Any]) -> None:
     """A pack test case: the envelope holds every expected value, or the response passes through
     (in the case's protocol, the answer the agent gets holds what ``expect_response`` says)."""
-    loaded = ruletest.LoadedCase(ruletest.Case.model_validate(case), file, 1)
-    outcome = ruletest.run_case(loaded, ENGINES)
+    loaded = LoadedCase(Case.model_validate(case), file, 1)
+    outcome = run_case(loaded, ENGINES)
     assert outcome.passed, "\n".join(outcome.problems)
 
 

@@ -7,8 +7,9 @@ from typing import Any
 from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
+from proxy.config.choices import ProtocolName
 from proxy.policy.exchange import NOT_JSON
-from proxy.policy.protocols.base import Call, ProtocolName
+from proxy.policy.protocols.base import Call
 from proxy.policy.protocols.detect import Detector, default_protocols
 from proxy.policy.protocols.graphql import is_document
 from proxy.policy.protocols.jsonrpc import NO_ID, parse_call

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from proxy.policy.engine import Engine
-from proxy.policy.redaction.config import RedactionSettings
-from proxy.policy.rulefile import RuleError
-from proxy.runtime.settings import Settings, load_settings
+from proxy.config.redaction import RedactionSettings
+from proxy.config.settings import Settings
+from proxy.config.sources import load_settings
+from proxy.config.yamlfile import RuleError
+from proxy.policy.ruleengine import Engine
 from tests.conftest import StartMend, StartUpstream
 
 TOKEN = "acme_live_0123456789abcdef"
@@ -246,11 +247,11 @@ cases:
 
 
 def test_mend_test_cases_assert_what_is_masked_and_kept(tmp_path: Path) -> None:
-    from proxy.tools import ruletest  # noqa: PLC0415
+    from proxy.tools.ruletest.runner import run_tests  # noqa: PLC0415
 
     cases = tmp_path / "redaction.yaml"
     cases.write_text(_CASES, encoding="utf-8")
-    report = ruletest.run_tests([cases])
+    report = run_tests([cases])
     assert report.problems == ()
     assert [o.passed for o in report.outcomes] == [True, True, False]
     assert report.outcomes[2].problems == (
@@ -271,11 +272,11 @@ def test_mend_test_cases_assert_what_is_masked_and_kept(tmp_path: Path) -> None:
     ],
 )
 def test_a_bad_redaction_case_is_refused(tmp_path: Path, case: str, problem: str) -> None:
-    from proxy.tools import ruletest  # noqa: PLC0415
+    from proxy.tools.ruletest.runner import run_tests  # noqa: PLC0415
 
     cases = tmp_path / "bad.yaml"
     cases.write_text(f"cases:\n  - name: bad\n    {case}\n", encoding="utf-8")
-    report = ruletest.run_tests([cases])
+    report = run_tests([cases])
     assert any(problem in p for p in report.problems), report.problems
 
 

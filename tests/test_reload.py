@@ -20,11 +20,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
+from proxy.config.route import Route
+from proxy.config.settings import Settings
 from proxy.observation.logs import make_logger
-from proxy.policy.engine import RuleStore
+from proxy.policy.ruleengine import RuleStore
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import create_app
-from proxy.runtime.settings import Route, Settings
 from proxy.runtime.watch import RuleWatcher
 from tests.conftest import MendTestServer
 

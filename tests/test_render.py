@@ -12,15 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.config.choices import Rendering
 from proxy.policy.envelope import Action, Category, Envelope, InvalidField, Severity, envelope_body
-from proxy.policy.render import (
-    CONTENT_TYPES,
-    Negotiator,
-    Rendering,
-    negotiate,
-    render,
-    safe_header_value,
-)
+from proxy.policy.negotiation import Negotiator, negotiate
+from proxy.policy.render import CONTENT_TYPES, render, safe_header_value
 
 VALIDATION = Envelope(
     code="VALIDATION_FAILED",

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
+from proxy.config.route import Route
+from proxy.config.sources import load_settings
+from proxy.config.yamlfile import RuleError
 from proxy.policy.exchange import Exchange
 from proxy.policy.retry_safety import MAX_BATCH, MAX_LISTED, MAX_NAME, RetrySafety, ToolHints
-from proxy.policy.rulefile import RuleError
-from proxy.runtime.settings import Route, load_settings
 
 
 def _listing(*tools: Any) -> dict[str, Any]:

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.policy.rulefile import RuleError, load_rule_text, load_rules, parse_status
+from proxy.config import yamlfile
+from proxy.config.yamlfile import RuleError
+from proxy.policy.rulefile import load_rule_text, load_rules, parse_status
 
 GOOD = """\
 pack: demo
@@ -127,18 +129,17 @@ def test_libyaml_reads_what_the_pure_python_loader_reads() -> None:
     """Every shipped YAML file gives the same data and lines through libyaml's parser as
     through the pure-Python one (issue 29: start-up); a document libyaml refuses is read again
     by the pure-Python loader, whose message is the one reported."""
-    from proxy.policy import rulefile  # noqa: PLC0415
 
-    assert rulefile._BoundedCLoader is not None  # PyYAML's wheels are built with libyaml
+    assert yamlfile._BoundedCLoader is not None  # PyYAML's wheels are built with libyaml
     root = Path(__file__).parent.parent
     files = [*root.glob("rules/**/*.yaml"), *root.glob("proxy/*.yaml")]
     assert len(files) > 30
     for file in files:
         text = file.read_text(encoding="utf-8")
-        fast = rulefile._read(rulefile._BoundedCLoader(text))
-        assert fast == rulefile._read(rulefile._BoundedLoader(text)), file
+        fast = yamlfile._read(yamlfile._BoundedCLoader(text))
+        assert fast == yamlfile._read(yamlfile._BoundedLoader(text)), file
     with pytest.raises(RuleError) as caught:
-        rulefile.parse_yaml("a: [1, 2", "f.yaml")
+        yamlfile.parse_yaml("a: [1, 2", "f.yaml")
     assert caught.value.problems == (
         "f.yaml:1: YAML syntax: expected ',' or ']', but got '<stream end>'"
         " (while parsing a flow sequence)",

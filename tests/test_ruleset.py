@@ -13,7 +13,9 @@ from proxy.policy.exchange import Exchange
 from proxy.policy.matchers import Found, Predicate, required_keys
 from proxy.policy.rulefile import When, load_rule_text
 from proxy.policy.ruleset import Rule, RuleSet
-from proxy.tools import ruletest
+from proxy.tools.ruletest.cases import RequestSpec, ResponseSpec
+from proxy.tools.ruletest.engines import Engines, exchange_for
+from proxy.tools.ruletest.loading import load_cases
 
 RULES = """\
 rules:
@@ -257,11 +259,11 @@ def _corpus() -> list[Any]:
         for case in yaml.safe_load(file.read_text(encoding="utf-8"))["cases"]:
             found.append(
                 (
-                    ruletest.RequestSpec.model_validate(case.get("request") or {}),
-                    ruletest.ResponseSpec.model_validate(case["response"]),
+                    RequestSpec.model_validate(case.get("request") or {}),
+                    ResponseSpec.model_validate(case["response"]),
                 )
             )
-    cases, _ = ruletest.load_cases([root.parent / "rules" / "tests"])
+    cases, _ = load_cases([root.parent / "rules" / "tests"])
     found.extend((c.case.request, c.case.response) for c in cases)
     return found
 
@@ -293,12 +295,12 @@ rules:
 def test_skipping_rules_never_changes_the_winner() -> None:
     """The status index, body prefilter, JSON key requirements and the memory of shapes only
     skip rules that fail."""
-    rules = ruletest.Engines().get(success_rules=("*",)).routes["default"]
+    rules = Engines().get(success_rules=("*",)).routes["default"]
     checked = 0
     corpus = _corpus()
     # twice, the second time backwards: shapes met before are answered from memory
     for request, response in [*corpus, *reversed(corpus)]:
-        ex = ruletest.exchange_for(request, response)
+        ex = exchange_for(request, response)
         brute = next((r.id for r in rules.rules if ex.status in r.statuses and r.test(ex)[0]), None)
         indexed = rules.match(ex)
         assert (indexed.rule.id if indexed else None) == brute, response

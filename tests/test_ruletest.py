@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from proxy.tools.cli import main
-from proxy.tools.ruletest import differences, load_cases, run_tests
+from proxy.tools.ruletest.compare import differences
+from proxy.tools.ruletest.loading import load_cases
+from proxy.tools.ruletest.runner import run_tests
 
 FASTAPI_422 = """
   - name: fastapi 422 lists every field

@@ -460,7 +460,7 @@ def test_heldout_replay_keeps_every_answer(tmp_path: Path) -> None:
     5xx first: dozens of 502/503/504 in a row, as in an outage) through one ``mend run
     --upstream``: no answer is a circuit's, each error keeps its upstream status, each success
     passes byte for byte."""
-    from proxy.tools.ruletest import ResponseSpec  # noqa: PLC0415
+    from proxy.tools.ruletest.cases import ResponseSpec  # noqa: PLC0415
     from tests.hostile.procs import raw_server, read_head  # noqa: PLC0415
 
     cases = _heldout()

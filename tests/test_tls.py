@@ -32,9 +32,11 @@ from aiohttp.test_utils import TestServer
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from proxy.edge.tls import check_files
-from proxy.policy.rulefile import RuleError
-from proxy.runtime.settings import Route, Settings, load_settings
+from proxy.config.certificates import check_files
+from proxy.config.route import Route
+from proxy.config.settings import Settings
+from proxy.config.sources import load_settings
+from proxy.config.yamlfile import RuleError
 from tests.conftest import Mend, StartMend
 from tests.test_cli_run import free_port
 

@@ -30,12 +30,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
+from proxy.config.otel import TracingError, TracingSettings
+from proxy.config.route import Route
+from proxy.config.settings import Settings
 from proxy.observation import tracing
 from proxy.observation.logs import make_logger
-from proxy.observation.tracing import TracingSettings
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import create_app
-from proxy.runtime.settings import Route, Settings
 from tests.conftest import Mend, MendTestServer, StartUpstream
 from tests.otlp_receiver import CLIENT, ERROR, SERVER, UNSET, Received, Receiver, app
 from tests.test_app import free_port
@@ -403,20 +404,20 @@ def test_the_traces_endpoint_wins_over_the_base_endpoint() -> None:
 def test_a_protocol_other_than_http_protobuf_is_refused(protocol: str) -> None:
     """OTEL_EXPORTER_OTLP_PROTOCOL other than http/protobuf: an error naming the variable."""
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": protocol}
-    with pytest.raises(tracing.TracingError, match="OTEL_EXPORTER_OTLP_PROTOCOL"):
+    with pytest.raises(TracingError, match="OTEL_EXPORTER_OTLP_PROTOCOL"):
         tracing.resolve(TracingSettings(), env)
 
 
 def test_an_unknown_sampler_is_refused() -> None:
     """OTEL_TRACES_SAMPLER must be one the SDK knows: no silent fallback."""
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_SAMPLER": "sometimes"}
-    with pytest.raises(tracing.TracingError, match="sometimes"):
+    with pytest.raises(TracingError, match="sometimes"):
         tracing.resolve(TracingSettings(), env)
 
 
 def test_an_endpoint_that_is_not_http_is_refused() -> None:
     """An endpoint must be an http(s) URL."""
-    with pytest.raises(tracing.TracingError, match="OTEL_EXPORTER_OTLP_ENDPOINT"):
+    with pytest.raises(TracingError, match="OTEL_EXPORTER_OTLP_ENDPOINT"):
         tracing.resolve(TracingSettings(), {"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"})
 
 

@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from proxy.config.settings import Settings
 from proxy.edge.failures import RequestTimeout, RequestTooLarge
 from proxy.policy.protocols.base import Call
-from proxy.runtime.settings import Settings
 
 #: Seconds a request body may take before ``client_body_min_rate`` applies (Kestrel's grace).
 BODY_RATE_GRACE_S = 5.0

@@ -20,7 +20,7 @@ from proxy.edge.failures import UpstreamProtocolError
 from proxy.edge.rawhead import install_for_clients
 
 if TYPE_CHECKING:
-    from proxy.edge.tls import ClientTLS
+    from proxy.config.certificates import ClientTLS
 
 HOP_BY_HOP = frozenset(
     {

@@ -16,16 +16,17 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy.config.route import Route
 from proxy.edge.openapi_refusal import RequestInvalid
-from proxy.policy.engine import Loaded
 from proxy.policy.envelope import Envelope
 from proxy.policy.exchange import NOT_JSON
+from proxy.policy.openapi.agent_request import Request
 from proxy.policy.openapi.check_first import checked_first
-from proxy.policy.openapi.enrich import Request, enrich
+from proxy.policy.openapi.enrich import enrich
 from proxy.policy.openapi.spec import Mount, Spec
-from proxy.policy.openapi.validate import Violation
+from proxy.policy.openapi.violations import Violation
 from proxy.policy.protocols.base import replayed
-from proxy.runtime.settings import Route
+from proxy.policy.ruleengine import Loaded
 
 #: Bytes of a request body read to check it; a longer body goes unchecked (its parameters are
 #: still checked), never refused for its length here.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from proxy.edge.failures import Refused
-from proxy.policy.openapi.validate import Violation
+from proxy.policy.openapi.violations import Violation
 
 
 class RequestInvalid(Refused):

@@ -1,11 +1,4 @@
-"""TLS both ways: the contexts mend's routes use to reach https upstreams, and the certificates
-its listeners serve to agents and operators, renewed without a restart.
-
-To upstreams (``Route.tls``): one ``ssl.SSLContext`` per route, built at start. The system's CAs,
-or ``ca_file`` instead of them (as curl's ``--cacert`` and Envoy's ``trusted_ca``); a client
-certificate for mutual TLS; ``server_name`` for SNI and the certificate's name check (aiohttp's
-``server_hostname``). ``verify: false`` accepts any certificate and is logged as a warning. A route
-with no ``tls:`` block uses aiohttp's default context (the system's CAs), as before.
+"""The certificates mend's listeners serve to agents and operators, renewed without a restart.
 
 For agents and the admin port (``tls_cert``/``tls_key``, ``admin_tls_cert``/``admin_tls_key``): a
 ``ListenerCertificate``. The listener keeps the context it started with; every handshake's
@@ -13,157 +6,26 @@ ClientHello (with or without SNI) switches the connection to the newest context 
 a reload new handshakes get the renewed certificate while open connections keep theirs. A reload
 builds a whole new context and swaps it in only if every file loads: a half-written certificate,
 or a key that does not match it, never replaces the one being served (``load_cert_chain`` on the
-live context would leave it with the new certificate and no key).
-
-Every file problem is a ``TLSFileError`` naming the setting, the file and the reason in an
-operator's words: one ``mend: error:`` line at start, a logged and counted failure at reload.
+live context would leave it with the new certificate and no key). The files are read and checked
+by ``proxy/config/certificates.py``, which also builds the contexts to upstreams.
 """
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import NoReturn, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 from structlog.typing import FilteringBoundLogger
 
-from proxy.runtime.settings import Route, Settings, UpstreamTLS
-
-#: The one application protocol mend speaks, offered and accepted in ALPN (as aiohttp's client).
-_ALPN = ("http/1.1",)
+from proxy.config.certificates import KeyPair, TLSFileError, listener_pair, server_context
+from proxy.config.settings import Settings
 
 
 class _HasSettings(Protocol):
     @property
     def settings(self) -> Settings: ...
-
-
-class TLSFileError(Exception):
-    """A certificate, key or CA file mend cannot use: the setting that names it, the file, why."""
-
-    def __init__(self, setting: str, path: Path, reason: str) -> None:
-        super().__init__(f"{setting} {path}: {reason}")
-        self.setting = setting
-        self.path = path
-        self.reason = reason
-
-
-class _EncryptedKey(Exception):
-    pass
-
-
-def _no_password() -> NoReturn:
-    # without a callback OpenSSL would prompt for the password on the terminal, and wait
-    raise _EncryptedKey
-
-
-def _read(setting: str, path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise TLSFileError(setting, path, exc.strerror or type(exc).__name__) from None
-
-
-@dataclass(frozen=True, slots=True)
-class _Pair:
-    """A certificate file and its key file (the same file when the key is in it), by setting."""
-
-    cert_setting: str
-    cert: Path
-    key_setting: str
-    key: Path | None
-
-    @property
-    def key_file(self) -> tuple[str, Path]:
-        """The setting and the file the key is read from."""
-        if self.key is None:
-            return self.cert_setting, self.cert
-        return self.key_setting, self.key
-
-    def read(self) -> tuple[bytes, bytes]:
-        """Both files' bytes, checked for what they must contain, so an error names the one at
-        fault (OpenSSL says "PEM lib" for either)."""
-        cert = _read(self.cert_setting, self.cert)
-        if b"-----BEGIN CERTIFICATE-----" not in cert:
-            raise TLSFileError(self.cert_setting, self.cert, "no PEM certificate in it")
-        key = cert if self.key is None else _read(*self.key_file)
-        if b"PRIVATE KEY-----" not in key:
-            raise TLSFileError(*self.key_file, "no PEM private key in it")
-        return cert, key
-
-    def load_into(self, context: ssl.SSLContext) -> None:
-        try:
-            context.load_cert_chain(self.cert, self.key, password=_no_password)
-        except _EncryptedKey:
-            reason = "the key is encrypted; mend reads unencrypted keys only"
-            raise TLSFileError(*self.key_file, reason) from None
-        except ssl.SSLError as exc:
-            if exc.reason == "KEY_VALUES_MISMATCH":
-                reason = f"the key does not match the certificate in {self.cert}"
-                raise TLSFileError(*self.key_file, reason) from None
-            raise TLSFileError(self.cert_setting, self.cert, _ssl_reason(exc)) from None
-        except OSError as exc:  # read a moment ago: replaced or removed since
-            raise TLSFileError(self.cert_setting, self.cert, exc.strerror or str(exc)) from None
-
-
-def _ssl_reason(exc: ssl.SSLError) -> str:
-    return (exc.reason or str(exc)).lower().replace("_", " ")
-
-
-# --- to upstreams -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ClientTLS:
-    """What one route's session uses to reach its upstream over TLS."""
-
-    context: ssl.SSLContext
-    #: sent in SNI and checked in the certificate instead of the URL's host (None: the host)
-    server_name: str | None
-
-
-def client_context(tls: UpstreamTLS, where: str) -> ssl.SSLContext:
-    """The context for a route's ``tls:`` block; ``where`` names it in errors (``TLSFileError``)."""
-    if tls.ca_file is not None:
-        _read(f"{where}.ca_file", tls.ca_file)
-        try:
-            context = ssl.create_default_context(cafile=tls.ca_file)  # instead of the system's
-        except ssl.SSLError as exc:
-            empty = exc.reason == "NO_CERTIFICATE_OR_CRL_FOUND"
-            reason = "no PEM certificate in it" if empty else _ssl_reason(exc)
-            raise TLSFileError(f"{where}.ca_file", tls.ca_file, reason) from None
-        except OSError as exc:
-            raise TLSFileError(f"{where}.ca_file", tls.ca_file, exc.strerror or str(exc)) from None
-    else:
-        context = ssl.create_default_context()
-    if not tls.verify:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if tls.cert_file is not None:
-        pair = _Pair(f"{where}.cert_file", tls.cert_file, f"{where}.key_file", tls.key_file)
-        pair.read()
-        pair.load_into(context)
-    context.set_alpn_protocols(_ALPN)
-    return context
-
-
-def client_tls(routes: Iterable[Route]) -> dict[str, ClientTLS]:
-    """Each route with a ``tls:`` block, by name, with its context; ``TLSFileError`` on a file
-    mend cannot use. (``verify: false`` is warned about where a configuration comes into
-    force: ``proxy/runtime/generation.py``.)"""
-    return {
-        route.name: ClientTLS(
-            client_context(route.tls, f"routes[{route.name}].tls"), route.tls.server_name
-        )
-        for route in routes
-        if route.tls is not None
-    }
-
-
-# --- for agents and operators -------------------------------------------------------------------
 
 
 def reload_counter(registry: CollectorRegistry) -> Counter:
@@ -175,22 +37,6 @@ def reload_counter(registry: CollectorRegistry) -> Counter:
     )
 
 
-def _listener_pair(settings: Settings, listener: str) -> _Pair | None:
-    prefix = "admin_" if listener == "admin" else ""
-    cert: Path | None = getattr(settings, f"{prefix}tls_cert")
-    key: Path | None = getattr(settings, f"{prefix}tls_key")
-    return None if cert is None else _Pair(f"{prefix}tls_cert", cert, f"{prefix}tls_key", key)
-
-
-def _server_context(pair: _Pair) -> tuple[ssl.SSLContext, tuple[bytes, bytes]]:
-    files = pair.read()
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    pair.load_into(context)
-    context.set_alpn_protocols(_ALPN)
-    return context, files
-
-
 class ListenerCertificate:
     """The certificate one listener serves (see the module's docstring); ``context`` is what the
     listener is opened with, ``reload`` renews what its new handshakes get."""
@@ -198,7 +44,7 @@ class ListenerCertificate:
     def __init__(
         self,
         listener: str,
-        pair: _Pair,
+        pair: KeyPair,
         logger: FilteringBoundLogger,
         counter: Counter | None = None,
     ) -> None:
@@ -206,7 +52,7 @@ class ListenerCertificate:
         self.pair = pair
         self.log = logger
         self.counter = counter
-        self.context, self._files = _server_context(pair)  # TLSFileError: mend does not start
+        self.context, self._files = server_context(pair)  # TLSFileError: mend does not start
         self._current = self.context
         self.context.sni_callback = self._handshake
 
@@ -219,7 +65,7 @@ class ListenerCertificate:
         counter: Counter | None = None,
     ) -> ListenerCertificate | None:
         """The ``agent`` or ``admin`` listener's certificate, None when it serves plain HTTP."""
-        pair = _listener_pair(settings, listener)
+        pair = listener_pair(settings, listener)
         return None if pair is None else cls(listener, pair, logger, counter)
 
     def _handshake(self, connection: ssl.SSLObject, _name: str | None, _: ssl.SSLContext) -> None:
@@ -234,7 +80,7 @@ class ListenerCertificate:
             files = self.pair.read()
             if files == self._files:
                 return True
-            context, files = _server_context(self.pair)
+            context, files = server_context(self.pair)
         except TLSFileError as exc:
             self.log.error(
                 "tls_reload_failed",
@@ -264,27 +110,9 @@ class ListenerCertificate:
         removed keeps serving it until a restart (``config_restart_needed`` says so)."""
 
         def listener(ok: bool, rules: int) -> None:
-            pair = _listener_pair(store.settings, self.listener)
+            pair = listener_pair(store.settings, self.listener)
             if pair is not None:
                 self.pair = pair
             self.on_reload(ok, rules)
 
         return listener
-
-
-def check_files(settings: Settings) -> list[TLSFileError]:
-    """Load every certificate, key and CA file the settings name, as serving would: the problems,
-    one per setting at fault, so that mend can refuse to start on all of them at once."""
-    problems: list[TLSFileError] = []
-    for route in settings.routes:
-        try:
-            client_tls([route])
-        except TLSFileError as exc:
-            problems.append(exc)
-    for listener in ("agent", "admin"):
-        if (pair := _listener_pair(settings, listener)) is not None:
-            try:
-                _server_context(pair)
-            except TLSFileError as exc:
-                problems.append(exc)
-    return problems

@@ -14,7 +14,7 @@ import asyncio
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
@@ -39,13 +39,16 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from proxy import __version__
+from proxy.config.choices import ProtocolName
 from proxy.observation.tracing import TraceConfig
 from proxy.policy.envelope import Envelope, Severity
 from proxy.policy.exchange import Exchange
-from proxy.policy.protocols.base import Call, ProtocolName, replayed
+from proxy.policy.protocols.base import Call, replayed
 from proxy.policy.protocols.graphql import GraphQL
 from proxy.policy.protocols.jsonrpc import NO_ID, JsonRpc
-from proxy.runtime.generation import RouteRuntime
+
+if TYPE_CHECKING:  # the span reads a route's facts; the runtime that holds them is above
+    from proxy.runtime.generation import RouteRuntime
 
 #: Characters of one attribute value (a path can be 64 KiB), unless ``OTEL_*`` set a limit.
 ATTRIBUTE_LENGTH = 2048
@@ -379,28 +382,7 @@ def _protocol(
     if call is None or protocol is None:
         return None
     if isinstance(protocol, JsonRpc):
-        rpc = protocol.request(call)
-        single = rpc.single if rpc is not None else None
-        if single is None:
-            return None
-        method = _clip(single.method)
-        if single.id is not NO_ID and single.id is not None:
-            attributes["jsonrpc.request.id"] = _clip(str(single.id))
-        if protocol.name is ProtocolName.MCP:
-            attributes["mcp.method.name"] = method
-            if session is not None:
-                attributes["mcp.session.id"] = _clip(session)
-            if version is not None:
-                attributes["mcp.protocol.version"] = _clip(version)
-            tool = single.tool
-            if tool is not None:
-                attributes["gen_ai.tool.name"] = _clip(tool)
-                attributes["gen_ai.operation.name"] = "execute_tool"
-                return f"{method} {_clip(tool)}"
-            return method
-        attributes["rpc.system"] = "jsonrpc"
-        attributes["rpc.method"] = method
-        return method
+        return _jsonrpc(protocol, call, session, version, attributes)
     if isinstance(protocol, GraphQL):
         found = protocol.request(call)
         if found is None or not found.operation_name:
@@ -409,3 +391,35 @@ def _protocol(
         attributes["graphql.operation.name"] = operation
         return operation
     return None
+
+
+def _jsonrpc(
+    protocol: JsonRpc,
+    call: Call,
+    session: str | None,
+    version: str | None,
+    attributes: dict[str, Any],
+) -> str | None:
+    """A JSON-RPC call's span name and attributes; MCP's conventions for an MCP one."""
+    rpc = protocol.request(call)
+    single = rpc.single if rpc is not None else None
+    if single is None:
+        return None
+    method = _clip(single.method)
+    if single.id is not NO_ID and single.id is not None:
+        attributes["jsonrpc.request.id"] = _clip(str(single.id))
+    if protocol.name is not ProtocolName.MCP:
+        attributes["rpc.system"] = "jsonrpc"
+        attributes["rpc.method"] = method
+        return method
+    attributes["mcp.method.name"] = method
+    if session is not None:
+        attributes["mcp.session.id"] = _clip(session)
+    if version is not None:
+        attributes["mcp.protocol.version"] = _clip(version)
+    tool = single.tool
+    if tool is None:
+        return method
+    attributes["gen_ai.tool.name"] = _clip(tool)
+    attributes["gen_ai.operation.name"] = "execute_tool"
+    return f"{method} {_clip(tool)}"

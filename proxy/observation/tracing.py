@@ -13,63 +13,19 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from yarl import URL
+from proxy.config.otel import SAMPLERS, TracingError, TracingSettings, check_url
 
 if TYPE_CHECKING:
     from proxy.observation.traces import Tracer
 
-Sampler = Literal[
-    "always_on",
-    "always_off",
-    "traceidratio",
-    "parentbased_always_on",
-    "parentbased_always_off",
-    "parentbased_traceidratio",
-]
-SAMPLERS: tuple[str, ...] = Sampler.__args__  # type: ignore[attr-defined]
 #: The one OTLP transport mend speaks (the SDK's ``opentelemetry-exporter-otlp-proto-http``).
 PROTOCOL = "http/protobuf"
 #: The collector's default OTLP/HTTP traces URL, for ``enabled: true`` with no endpoint.
 DEFAULT_ENDPOINT = "http://localhost:4318/v1/traces"
 #: The extra that brings the SDK and the exporter (``pip install 'mend[tracing]'``).
 EXTRA_HINT = "pip install 'mend[tracing]'"
-
-
-class TracingError(ValueError):
-    """Tracing is configured in a way mend cannot honour; the message names the setting."""
-
-
-class TracingSettings(BaseModel):
-    """The ``tracing:`` block (README "Traces"); every key also has an ``OTEL_*`` variable."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    #: ``false`` turns tracing off whatever the variables say; ``true`` turns it on (the
-    #: collector's default endpoint when none is given); unset: on when an endpoint is set
-    enabled: bool | None = None
-    #: the collector's base URL, ``/v1/traces`` appended (``OTEL_EXPORTER_OTLP_ENDPOINT``)
-    endpoint: str | None = None
-    #: the full traces URL (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``); wins over ``endpoint``
-    traces_endpoint: str | None = None
-    protocol: Literal["http/protobuf"] | None = None
-    #: ``service.name`` (``OTEL_SERVICE_NAME``); default ``mend``
-    service_name: str | None = Field(None, min_length=1, max_length=256)
-    sampler: Sampler | None = None
-    sampler_arg: float | None = Field(None, ge=0.0, le=1.0)
-    #: extra resource attributes (``OTEL_RESOURCE_ATTRIBUTES``)
-    resource_attributes: dict[str, str] = Field(default_factory=dict, max_length=64)
-    #: headers on every export request, e.g. a vendor's API key (``OTEL_EXPORTER_OTLP_HEADERS``)
-    headers: dict[str, str] = Field(default_factory=dict, max_length=32)
-
-    @field_validator("endpoint", "traces_endpoint")
-    @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is not None:
-            _check_url(value, "endpoint")
-        return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +42,6 @@ class TraceConfig:
     source: str
 
 
-def _check_url(value: str, name: str) -> None:
-    url = URL(value)
-    if url.scheme not in ("http", "https") or not url.host:
-        raise TracingError(f"{name} {value!r} is not an http:// or https:// URL")
-
-
 def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() == "true"
 
@@ -103,10 +53,10 @@ def _endpoint(block: TracingSettings, env: Mapping[str, str]) -> tuple[str | Non
     if block.endpoint:
         return block.endpoint.rstrip("/") + "/v1/traces", "tracing.endpoint"
     if value := env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip():
-        _check_url(value, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        check_url(value, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         return value, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
     if value := env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip():
-        _check_url(value, "OTEL_EXPORTER_OTLP_ENDPOINT")
+        check_url(value, "OTEL_EXPORTER_OTLP_ENDPOINT")
         return value.rstrip("/") + "/v1/traces", "OTEL_EXPORTER_OTLP_ENDPOINT"
     return None, ""
 

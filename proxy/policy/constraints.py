@@ -176,23 +176,29 @@ def suggest(allowed: dict[str, Any] | None, received: Any = None) -> Any:
         return None
     enum = allowed.get("enum")
     if isinstance(enum, list) and enum:
-        if isinstance(received, str):
-            lowered = {str(v).lower(): v for v in enum}
-            if received.lower() in lowered:
-                return lowered[received.lower()]
-            close = difflib.get_close_matches(received, [str(v) for v in enum], n=1, cutoff=0.5)
-            if close:
-                return close[0]
-        return enum[0]
+        return _nearest_member(enum, received)
     low, high = allowed.get("minimum"), allowed.get("maximum")
     if isinstance(received, int | float) and not isinstance(received, bool):
-        if isinstance(low, int | float) and received < low:
-            return low
-        if isinstance(high, int | float) and received > high:
-            return high
-        return None
-    if isinstance(low, int | float):
+        return _clamped(received, low, high)
+    return next((bound for bound in (low, high) if isinstance(bound, int | float)), None)
+
+
+def _nearest_member(enum: list[Any], received: Any) -> Any:
+    """The member ``received`` names (case aside) or is closest to; else the first member."""
+    if isinstance(received, str):
+        lowered = {str(v).lower(): v for v in enum}
+        if received.lower() in lowered:
+            return lowered[received.lower()]
+        close = difflib.get_close_matches(received, [str(v) for v in enum], n=1, cutoff=0.5)
+        if close:
+            return close[0]
+    return enum[0]
+
+
+def _clamped(received: float, low: Any, high: Any) -> Any:
+    """The bound ``received`` is past, or ``None`` when it is within both."""
+    if isinstance(low, int | float) and received < low:
         return low
-    if isinstance(high, int | float):
+    if isinstance(high, int | float) and received > high:
         return high
     return None

@@ -168,6 +168,10 @@ def described(protocol: Protocol, call: Call, exchange: Exchange) -> None:
         setattr(exchange, name, value)
 
 
+#: Bytes a recorded body may decompress to (the default ``decompressed_max_bytes``).
+RECORDED_MAX_DECOMPRESSED = 8 << 20
+
+
 def recorded_exchange(
     *,
     status: int,
@@ -176,11 +180,9 @@ def recorded_exchange(
     method: str = "GET",
     path: str = "/",
     request_headers: Mapping[str, str] | None = None,
-    route: str = "default",
-    request_id: str = "req_recorded",
-    max_decompressed: int = 8 << 20,
 ) -> Exchange:
-    """An exchange from a recorded response, read exactly as the proxy reads a live one."""
+    """An exchange from a recorded response, read exactly as the proxy reads a live one, on the
+    ``default`` route with the request id ``req_recorded`` (a caller may set others on it)."""
     response_headers = CIMultiDictProxy(CIMultiDict(headers or {}))
     content_type = response_headers.get("Content-Type", "")
     media_type, _, params = content_type.partition(";")
@@ -193,14 +195,14 @@ def recorded_exchange(
         body,
         encoding=response_headers.get("Content-Encoding", ""),
         charset=charset,
-        limit=max_decompressed,
+        limit=RECORDED_MAX_DECOMPRESSED,
         cut=False,
     )
     return Exchange(
         method=method.upper(),
         path=path,
-        route=route,
-        request_id=request_id,
+        route="default",
+        request_id="req_recorded",
         request_headers=CIMultiDictProxy(CIMultiDict(request_headers or {})),
         status=status,
         headers=response_headers,

@@ -11,10 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.config.re2compile import checked
 from proxy.policy.exchange import Exchange
 from proxy.policy.query import json_equals
 from proxy.policy.regex import Linear, escape, linear
-from proxy.policy.rulefile import JsonCondition, When, compile_jmespath, compile_regex, parse_status
+from proxy.policy.rulefile import JsonCondition, When, compile_jmespath, parse_status
 
 Found = dict[str, Any]
 _JSON_COST = 3
@@ -82,7 +83,7 @@ def _header_predicate(kind: str, name: str, pattern: str | bool) -> Predicate:
 
     if pattern is True:
         return Predicate(f"{kind}.{name} present", lambda ex, _: name in source(ex))
-    regex = Linear(compile_regex(str(pattern)))
+    regex = Linear(checked(str(pattern)))
 
     def test(ex: Exchange, found: Found) -> bool:
         value = source(ex).get(name)
@@ -124,7 +125,7 @@ def _json_predicate(cond: JsonCondition) -> Predicate:
             _JSON_COST,
         )
     if "matches" in given:
-        regex = Linear(compile_regex(cond.matches or ""))
+        regex = Linear(checked(cond.matches or ""))
 
         def test(ex: Exchange, found: Found) -> bool:
             got = value(ex)
@@ -166,7 +167,7 @@ def compile_when(when: When) -> tuple[Predicate, ...]:
             )
         )
     if when.path_regex is not None:
-        path_regex = Linear(compile_regex(when.path_regex))
+        path_regex = Linear(checked(when.path_regex))
         preds.append(
             Predicate(
                 f"path ~ /{when.path_regex}/", lambda ex, _: path_regex.search(ex.path) is not None
@@ -185,7 +186,7 @@ def compile_when(when: When) -> tuple[Predicate, ...]:
         )
     preds.extend(_protocol_predicates(when))
     if when.body is not None:
-        body = Linear(compile_regex(when.body))
+        body = Linear(checked(when.body))
 
         def body_test(ex: Exchange, found: Found) -> bool:
             match = body.search(ex.text)

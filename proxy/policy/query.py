@@ -212,35 +212,42 @@ def _identity(value: Any) -> Any:
     return value
 
 
+def _compiled(children: list[Any]) -> list[Getter]:
+    return [_compile(child) for child in children]
+
+
+def _filter_of(children: list[Any]) -> Getter:
+    base, each, condition = _compiled(children)
+    return _filter(base, each, condition)
+
+
+#: How each kind of node compiles, from the node and its children.
+_COMPILERS: Mapping[str, Callable[[Mapping[str, Any], list[Any]], Getter]] = {
+    "field": lambda node, _: _field(node["value"]),
+    "subexpression": lambda _, children: _chain(_compiled(children)),
+    "index_expression": lambda _, children: _chain(_compiled(children)),
+    "pipe": lambda _, children: _chain(_compiled(children)),
+    "current": lambda _, __: _identity,
+    "identity": lambda _, __: _identity,
+    "literal": lambda node, _: _constant(node["value"]),
+    "or_expression": lambda _, children: _or(*_compiled(children[:2])),
+    "and_expression": lambda _, children: _and(*_compiled(children[:2])),
+    "not_expression": lambda _, children: _not(_compile(children[0])),
+    "comparator": lambda node, children: _comparator(node["value"], *_compiled(children[:2])),
+    "function_expression": lambda node, children: _function(node["value"], _compiled(children)),
+    "filter_projection": lambda _, children: _filter_of(children),
+}
+
+
 def _compile(node: Mapping[str, Any]) -> Getter:
     kind = node["type"]
     children = node.get("children", [])
-    if kind == "field":
-        return _field(node["value"])
     if kind == "index" and isinstance(node["value"], int):
         return _index(node["value"])
-    if kind in ("subexpression", "index_expression"):
-        return _chain([_compile(child) for child in children])
-    if kind in ("current", "identity"):
-        return _identity
-    if kind == "literal":
-        return _constant(node["value"])
-    if kind == "or_expression":
-        return _or(_compile(children[0]), _compile(children[1]))
-    if kind == "and_expression":
-        return _and(_compile(children[0]), _compile(children[1]))
-    if kind == "not_expression":
-        return _not(_compile(children[0]))
-    if kind == "comparator":
-        return _comparator(node["value"], _compile(children[0]), _compile(children[1]))
-    if kind == "function_expression":
-        return _function(node["value"], [_compile(child) for child in children])
-    if kind == "filter_projection":
-        base, each, condition = (_compile(child) for child in children)
-        return _filter(base, each, condition)
-    if kind == "pipe":
-        return _chain([_compile(child) for child in children])
-    raise _NotCompiled(kind)
+    compiler = _COMPILERS.get(kind)
+    if compiler is None:
+        raise _NotCompiled(kind)
+    return compiler(node, children)
 
 
 #: Joins the two keys of a two-level path: ``error.status`` is required as ``"error\x00status"``.

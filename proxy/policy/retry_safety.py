@@ -24,10 +24,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.config.route import RetrySafe, Route
 from proxy.policy.exchange import Exchange
 from proxy.policy.matchers import path_glob
 from proxy.policy.regex import Linear
-from proxy.runtime.settings import RetrySafe, Route
 
 #: Tools remembered, all routes together; the least recently listed go first.
 MAX_TOOLS = 4096

@@ -26,7 +26,7 @@ BUILTINS = frozenset(
     # MCP tool errors: the argument the text names, its value, the text without the SDK prefix
     | {"argument", "argument_value", "tool_message"}
 )
-#: Variables mend's own failures add (``proxy/runtime/own_failures.py``): only in the ``proxy`` pack.
+#: Variables mend's own failures add (``runtime/own_failures.py``): only in the ``proxy`` pack.
 OWN_FAILURE_VARS = frozenset({"limit", "wait_ms"})
 #: Families of built-ins, by prefix: any header of the response or of the request.
 BUILTIN_PREFIXES = ("headers.", "request_headers.")

@@ -14,6 +14,7 @@ from typing import Any
 
 import re2
 
+from proxy.config.re2compile import options
 from proxy.policy.build import CompiledEnvelope
 from proxy.policy.exchange import Exchange
 from proxy.policy.matchers import (
@@ -25,7 +26,7 @@ from proxy.policy.matchers import (
     statuses,
 )
 from proxy.policy.query import present_paths
-from proxy.policy.rulefile import Docs, LoadedRule, compile_jmespath, re2_options
+from proxy.policy.rulefile import Docs, LoadedRule, compile_jmespath
 
 ERROR_STATUSES = frozenset(range(400, 600))
 SUCCESS_STATUSES = frozenset(range(200, 300))
@@ -120,9 +121,9 @@ class BodyPrefilter:
     """
 
     def __init__(self, rules: Sequence[Rule]) -> None:
-        options = re2_options()
-        options.max_mem = 64 << 20  # the set's DFA grows with the number of patterns
-        self._set = re2.Set.SearchSet(options)
+        opts = options()
+        opts.max_mem = 64 << 20  # the set's DFA grows with the number of patterns
+        self._set = re2.Set.SearchSet(opts)
         self.slots: dict[str, int] = {}
         for rule in rules:
             if rule.body_pattern is not None and rule.id not in self.slots:

@@ -3,7 +3,7 @@
 An error body is read to be understood, never forwarded as is, so it is buffered; a hostile or
 broken upstream must not be able to make that cost more than the caps: the wire bytes read stop at
 ``max_bytes`` and a decompression bomb stops at ``max_decompressed``. A document nested deeper
-than ``nesting.MAX_JSON_DEPTH`` is read as text, never parsed.
+than ``json_depth.MAX_JSON_DEPTH`` is read as text, never parsed.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import brotli
 
-from proxy.policy import nesting
+from proxy.policy import json_depth
 from proxy.policy.exchange import NOT_JSON
 
 _CHUNK = 16 << 10
@@ -95,5 +95,5 @@ def parse(data: bytes, *, encoding: str, charset: str | None, limit: int, cut: b
     stripped = text.lstrip()[:1]
     if stripped in ("{", "[") and not cut:
         # nested deeper than MAX_JSON_DEPTH: read as text, like any body that is not JSON
-        document = nesting.loads(data if _charset(charset) == "utf-8" else text)
+        document = json_depth.loads(data if _charset(charset) == "utf-8" else text)
     return Body(text=text, json=document, truncated=cut)

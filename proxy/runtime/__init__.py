@@ -1,1 +1,1 @@
-"""The runtime: the pipeline, serving, workers, settings, generations, reload, admin and health."""
+"""The runtime: the pipeline, serving, workers, generations, reload, admin and health."""

@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.aiohttp import make_aiohttp_handler
 from structlog.typing import FilteringBoundLogger
 
+from proxy.config.yamlfile import RuleError
 from proxy.observation.logs import make_logger
-from proxy.policy.engine import RuleStore
-from proxy.policy.rulefile import RuleError
+from proxy.policy.ruleengine import RuleStore
 from proxy.policy.ruleset import Rule
 from proxy.runtime.health import HealthChecks
 from proxy.runtime.watch import reload_rules

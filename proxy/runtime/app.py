@@ -14,15 +14,15 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
 
+from proxy.config.settings import Settings
 from proxy.edge.connection import AgentServer
-from proxy.edge.mcptools.server import ToolServers
+from proxy.edge.mcptools.mcp_server import ToolServers
 from proxy.observation.logs import make_logger
 from proxy.observation.metrics import Metrics
 from proxy.policy.crosscall.view import CrossCall
-from proxy.policy.engine import Engine, RuleStore
 from proxy.policy.protocols.detect import Detector, default_protocols
+from proxy.policy.ruleengine import Engine, RuleStore
 from proxy.runtime.proxy import SESSION_PATH, Proxy
-from proxy.runtime.settings import Settings
 from proxy.tools.catalog import BASE as CATALOG_BASE
 from proxy.tools.catalog import Catalog, catalog_pages
 

@@ -13,8 +13,8 @@ from proxy.policy.crosscall.operation import operation_key
 from proxy.policy.retry import retry_after_ms
 
 if TYPE_CHECKING:
+    from proxy.config.route import Route
     from proxy.runtime.flow import Flow
-    from proxy.runtime.settings import Route
 
 
 class CircuitGate:

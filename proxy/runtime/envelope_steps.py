@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from multidict import CIMultiDict
 
+from proxy.config.choices import ProtocolName, Rendering
 from proxy.edge.mcptools import internal as tool_calls
 from proxy.edge.openapi_gate import OpenAPIGate
 from proxy.observation.metrics import Metrics, RepeatTracker
@@ -32,14 +33,14 @@ from proxy.policy.crosscall.view import CrossCall
 from proxy.policy.envelope import Action, Category, Envelope
 from proxy.policy.evaluate import Answer, Evaluation
 from proxy.policy.exchange import NOT_JSON, Exchange
+from proxy.policy.negotiation import Negotiator
 from proxy.policy.openapi.enrich import allow_header
-from proxy.policy.protocols.base import ProtocolName
 from proxy.policy.redaction import Redactor, is_internal_header
-from proxy.policy.render import Negotiator, Rendering, render, safe_header_value
+from proxy.policy.render import render, safe_header_value
 
 if TYPE_CHECKING:
+    from proxy.config.route import Route
     from proxy.runtime.flow import Flow
-    from proxy.runtime.settings import Route
 
 #: A step: the answer, changed or not; the cross-call review waits on its store.
 Step = Callable[["Flow", Exchange, Answer], Answer | Awaitable[Answer]]

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 import aiohttp
 from aiohttp import web
 
-from proxy.policy import nesting
+from proxy.config.choices import ProtocolName
+from proxy.policy import json_depth as nesting
 from proxy.policy.evaluate import Evaluation, answer
 from proxy.policy.exchange import NOT_JSON
-from proxy.policy.protocols.base import Call, ProtocolName
+from proxy.policy.protocols.base import Call
 from proxy.policy.protocols.sse import Event, EventRewriter
 from proxy.policy.retry_safety import LISTING_MARKER
 from proxy.policy.ruleset import RuleSet

@@ -24,6 +24,7 @@ from proxy.policy.exchange import Exchange
 if TYPE_CHECKING:
     import aiohttp
 
+    from proxy.config.route import Route
     from proxy.edge.failures import ProxyFailure
     from proxy.observation.traces import RequestTrace
     from proxy.policy.build import BuildOptions
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from proxy.policy.protocols.base import Call
     from proxy.policy.redaction import Redactor
     from proxy.runtime.generation import Generation, RouteRuntime
-    from proxy.runtime.settings import Route
 
 #: A ``Host`` (or ``X-Forwarded-Host``) that is a plain host and port; any other is ignored.
 _HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")

@@ -23,12 +23,13 @@ import aiohttp
 from structlog.typing import FilteringBoundLogger
 from yarl import URL
 
+from proxy.config.route import Route
+from proxy.config.settings import Settings
 from proxy.edge.forward import Upstreams
 from proxy.edge.redirect import UpstreamOrigin
 from proxy.edge.target import Origin
 from proxy.policy.build import BuildOptions
-from proxy.policy.engine import Loaded
-from proxy.runtime.settings import Route, Settings
+from proxy.policy.ruleengine import Loaded
 
 
 @dataclass(frozen=True, slots=True)

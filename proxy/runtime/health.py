@@ -20,10 +20,11 @@ from typing import Protocol
 import aiohttp
 from structlog.typing import FilteringBoundLogger
 
+from proxy.config.certificates import client_tls
+from proxy.config.route import Route
+from proxy.config.settings import Settings
 from proxy.edge.forward import Upstreams
 from proxy.edge.target import Origin
-from proxy.edge.tls import client_tls
-from proxy.runtime.settings import Route, Settings
 
 
 @dataclass

@@ -17,6 +17,8 @@ import aiohttp
 from aiohttp import web
 from structlog.typing import FilteringBoundLogger
 
+from proxy.config.choices import ProtocolName
+from proxy.config.settings import Settings
 from proxy.edge import agent_body as intake
 from proxy.edge import relay
 from proxy.edge.failures import ForwardProxyRefused, ProxyFailure, RouteNotFound, upstream_errors
@@ -28,15 +30,15 @@ from proxy.observation.metrics import Metrics, RepeatTracker
 from proxy.observation.request_id import request_id
 from proxy.policy import upstream_body as bodies
 from proxy.policy.crosscall.view import CrossCall
-from proxy.policy.engine import RuleStore
 from proxy.policy.evaluate import answer_exchange
 from proxy.policy.exchange import NOT_JSON
-from proxy.policy.protocols.base import Call, Inspection, ProtocolName
+from proxy.policy.negotiation import Negotiator
+from proxy.policy.protocols.base import Call, Inspection
 from proxy.policy.protocols.detect import Detector
 from proxy.policy.protocols.graphql import RESPONSE_TYPE as GRAPHQL_RESPONSE
 from proxy.policy.protocols.sse import EventRewriter
-from proxy.policy.render import Negotiator
 from proxy.policy.retry_safety import RetrySafety
+from proxy.policy.ruleengine import RuleStore
 from proxy.policy.ruleset import RuleSet
 from proxy.runtime import envelope_steps
 from proxy.runtime.circuit_gate import CircuitGate
@@ -46,7 +48,6 @@ from proxy.runtime.flow import GENERATION, Flow
 from proxy.runtime.generation import Generation, Generations, unverified
 from proxy.runtime.own_failures import OwnFailures, judge
 from proxy.runtime.record import Recorder
-from proxy.runtime.settings import Settings
 from proxy.runtime.websockets import WebSockets
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is on (proxy/observation/tracing.py)

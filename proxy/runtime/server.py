@@ -26,16 +26,17 @@ from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
 
 from proxy import __version__
+from proxy.config.settings import Settings, parse_hostport
+from proxy.config.sources import ConfigSource
+from proxy.config.yamlfile import RuleError
 from proxy.edge.limits import FdWatch, connection_budget, raise_nofile
 from proxy.edge.tls import ListenerCertificate, reload_counter
 from proxy.observation import tracing
 from proxy.observation.logs import LineWriter, make_logger, route_stdlib_logging
-from proxy.policy.engine import Engine, RuleStore
-from proxy.policy.rulefile import RuleError
+from proxy.policy.ruleengine import Engine, RuleStore
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import create_app
 from proxy.runtime.health import health_checks
-from proxy.runtime.settings import ConfigSource, Settings, parse_hostport
 from proxy.runtime.watch import RuleWatcher, reload_rules
 
 #: Request log lines reach stdout at most this late (warnings and errors at once): see LineWriter.
@@ -177,6 +178,24 @@ def _reader(source: ConfigSource | None, nofile: int) -> Callable[[], Settings] 
     return lambda: _within_file_limit(source.load(), nofile)
 
 
+#: A listener: its runner, its HOST:PORT, and the certificate it serves (None: plain HTTP).
+_Site = tuple[web.BaseRunner, str, ListenerCertificate | None]
+
+
+async def _open(sites: list[_Site], store: RuleStore, *, worker: bool) -> None:
+    """Each listener bound and serving; a certificate follows the files the settings name."""
+    for runner, address, cert in sites:
+        await runner.setup()
+        host, port = parse_hostport(address)
+        ssl_context = None
+        if cert is not None:
+            store.on_reload.append(cert.follow(store))
+            ssl_context = cert.context
+        await web.TCPSite(
+            runner, host, port, backlog=1024, reuse_port=worker or None, ssl_context=ssl_context
+        ).start()
+
+
 async def _serve(
     settings: Settings,
     logger: FilteringBoundLogger,
@@ -213,7 +232,7 @@ async def _serve(
     # certificates reload with the rules: SIGHUP, POST /-/reload and the watcher reach them all
     tls_reloads = reload_counter(registry)
     certificate = ListenerCertificate.for_listener(settings, "agent", logger, tls_reloads)
-    sites: list[tuple[web.BaseRunner, str, ListenerCertificate | None]] = [
+    sites: list[_Site] = [
         (web.ServerRunner(server, shutdown_timeout=grace), settings.listen, certificate)
     ]
     if not worker:
@@ -226,16 +245,7 @@ async def _serve(
             )
         )
     settle_heap()
-    for runner, address, cert in sites:
-        await runner.setup()
-        host, port = parse_hostport(address)
-        ssl_context = None
-        if cert is not None:
-            store.on_reload.append(cert.follow(store))
-            ssl_context = cert.context
-        await web.TCPSite(
-            runner, host, port, backlog=1024, reuse_port=worker or None, ssl_context=ssl_context
-        ).start()
+    await _open(sites, store, worker=worker)
     logger.info(
         "started",
         version=__version__,

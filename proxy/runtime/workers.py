@@ -21,13 +21,14 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, multiprocess
 from structlog.typing import FilteringBoundLogger
 
+from proxy.config.settings import Settings, parse_hostport
+from proxy.config.sources import ConfigSource
+from proxy.config.yamlfile import RuleError
 from proxy.edge.tls import ListenerCertificate
 from proxy.observation.logs import make_logger, route_stdlib_logging
-from proxy.policy.engine import Loaded
-from proxy.policy.rulefile import RuleError
+from proxy.policy.ruleengine import Loaded
 from proxy.runtime.admin import admin_application, rules_listing
 from proxy.runtime.health import health_checks
-from proxy.runtime.settings import ConfigSource, Settings, parse_hostport
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 

@@ -16,20 +16,21 @@ from __future__ import annotations
 import contextlib
 import html
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 from urllib.parse import quote
 
 import orjson
 from aiohttp import web
 
+from proxy.config.settings import Settings
+from proxy.policy.accept import MediaRange, media_ranges
 from proxy.policy.build import BuildOptions
-from proxy.policy.codes import CodeDoc, load_codes
 from proxy.policy.envelope import Envelope
 from proxy.policy.evaluate import agent_redactor, recorded_exchange, rewrite
-from proxy.policy.openapi.codes import OperationCodes
+from proxy.policy.openapi.operation_codes import OperationCodes
 from proxy.policy.ruleset import ERROR_STATUSES, Match, Rule
-from proxy.runtime.settings import Settings
+from proxy.policy.shared_codes import CodeDoc, load_codes
 
 BASE = "/_mend/errors"
 _EXAMPLE_METHOD, _EXAMPLE_PATH = "POST", "/example"
@@ -63,8 +64,8 @@ def example_envelope(rule: Rule, *, own: bool = False, docs_base_url: str = "") 
         headers=headers,
         method=_EXAMPLE_METHOD,
         path=_EXAMPLE_PATH,
-        request_id="req_example",
     )
+    exchange.request_id = "req_example"
     if own:
         exchange.status = None
     _, found, _ = rule.test(exchange)
@@ -228,23 +229,19 @@ class Catalog:
 # --- rendering ----------------------------------------------------------------------------------
 
 
-def _quality(accept: str, wanted: str) -> float:
+#: What a range naming the type itself, ``type/*`` or ``*/*`` adds to its q: the more specific of
+#: two equal q wins.
+_SPECIFICITY_BONUS = (0.0, 0.001, 0.002)
+
+
+def _quality(ranges: Sequence[MediaRange], kind: str, subtype: str) -> float:
+    """The best q any range gives ``kind/subtype``, plus its specificity bonus; -1 when none."""
     best = -1.0
-    for part in accept.split(","):
-        media, *params = (p.strip() for p in part.split(";"))
-        media = media.lower()
-        if media not in (wanted, wanted.split("/", maxsplit=1)[0] + "/*", "*/*"):
-            continue
-        q = 1.0
-        for param in params:
-            key, _, value = param.partition("=")
-            if key.strip().lower() == "q":
-                try:
-                    q = float(value)
-                except ValueError:
-                    q = 0.0
-        specificity = 0.002 if media == wanted else 0.001 if media != "*/*" else 0.0
-        best = max(best, q + specificity if q > 0 else 0.0)
+    for media in ranges:
+        specificity = media.specificity(kind, subtype)
+        if specificity is not None:
+            q = media.q
+            best = max(best, q + _SPECIFICITY_BONUS[specificity] if q > 0 else 0.0)
     return best
 
 
@@ -252,7 +249,8 @@ def wants_html(accept: str | None) -> bool:
     """HTML when ``Accept`` prefers text/html over application/json; JSON otherwise."""
     if not accept:
         return False
-    html_q, json_q = _quality(accept, "text/html"), _quality(accept, "application/json")
+    ranges = media_ranges(accept)
+    html_q, json_q = _quality(ranges, "text", "html"), _quality(ranges, "application", "json")
     return html_q > 0 and html_q > json_q
 
 

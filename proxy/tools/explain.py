@@ -16,15 +16,17 @@ from typing import Any
 
 import orjson
 
-from proxy.policy import nesting
+from proxy.config.choices import ProtocolName
+from proxy.config.route import Route
+from proxy.config.settings import Settings
+from proxy.policy import json_depth
 from proxy.policy.build import BuildOptions
-from proxy.policy.engine import Engine
 from proxy.policy.evaluate import Answer, Evaluation, answer_exchange, recorded_exchange
 from proxy.policy.exchange import NOT_JSON, Exchange
-from proxy.policy.protocols.base import ProtocolName
 from proxy.policy.protocols.detect import Detector, default_protocols
+from proxy.policy.ruleengine import Engine
 from proxy.policy.ruleset import RuleSet, Verdict
-from proxy.runtime.settings import Route, Settings
+from proxy.policy.shorten import shortened
 
 #: Content-Type assumed for a ``--body-file`` with this extension when no header names one.
 MEDIA_BY_EXTENSION = {
@@ -147,7 +149,7 @@ def explain(
 def _answer_document(answered: Answer | None) -> Any:
     if answered is None or answered.rendered is None or not answered.rendered.body:
         return None
-    document = nesting.loads(answered.rendered.body)
+    document = json_depth.loads(answered.rendered.body)
     return None if document is NOT_JSON else document
 
 
@@ -254,7 +256,7 @@ def _as_text(explanation: Explanation, *, show_all: bool = False) -> str:
     src_width = max((len(v.rule.source) for v in shown), default=0)
     for v in shown:
         mark = "MATCH" if v.matched else "no" if explanation.applies(v) else "skip"
-        reason = v.reason if len(v.reason) <= 160 else v.reason[:159] + "…"
+        reason = shortened(v.reason, 160)
         lines.append(
             f"  {mark:<5}  {v.rule.id:<{id_width}}  {v.rule.source:<{src_width}}  {reason}"
         )

@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from proxy.policy.exchange import NOT_JSON
-from proxy.policy.nesting import MAX_JSON_DEPTH, exceeds_depth, loads
+from proxy.policy.json_depth import MAX_JSON_DEPTH, exceeds_depth, loads
 from proxy.policy.upstream_body import parse
 from tests.conftest import StartMend, StartUpstream
 

@@ -25,14 +25,17 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
 
+from proxy.config.route import Route
+from proxy.config.settings import Settings
+from proxy.config.sources import load_settings
+from proxy.config.yamlfile import RuleError
 from proxy.observation.logs import make_logger
-from proxy.policy.engine import RuleStore
 from proxy.policy.query import compile_query
-from proxy.policy.rulefile import RuleError, load_rules
+from proxy.policy.ruleengine import RuleStore
+from proxy.policy.rulefile import load_rules
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import create_app
 from proxy.runtime.server import SighupReloader
-from proxy.runtime.settings import Route, Settings, load_settings
 from proxy.runtime.watch import RuleWatcher
 from tests.conftest import MendTestServer, StartUpstream
 

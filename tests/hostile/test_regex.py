@@ -24,9 +24,10 @@ from hypothesis import strategies as st
 from proxy.policy import build, constraints, matchers, template
 from proxy.policy.evaluate import recorded_exchange
 from proxy.policy.exchange import Exchange
+from proxy.policy.gated import GatedPattern
 from proxy.policy.redaction import Redactor
 from proxy.policy.redaction.lines import DANGLING
-from proxy.policy.regex import GatedPattern, Linear, linear
+from proxy.policy.regex import Linear, linear
 from proxy.policy.rulefile import When
 
 #: Generous: each input below takes milliseconds now and took seconds before.

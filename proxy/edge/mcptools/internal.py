@@ -7,8 +7,8 @@ listener, no TLS to mend itself, and each ``--workers`` process answers its own 
 
 Two request keys are the whole interface with the proxy: ``REFUSED`` (a failure decided before
 any request could be made: an unknown tool; the proxy answers it as its own failure) and
-``ENVELOPE`` (the envelope the proxy answered with, set by ``envelope_steps.Reply``), beside the gate's
-``PRESET`` (violations of the arguments that HTTP cannot carry).
+``ENVELOPE`` (the envelope the proxy answered with, set by ``envelope_steps.Reply``), beside
+the gate's ``PRESET`` (violations of the arguments that HTTP cannot carry).
 """
 
 from __future__ import annotations
@@ -103,21 +103,30 @@ class _Capture(AbstractStreamWriter):
         self.headers = CIMultiDict(headers)
 
 
+@dataclass(frozen=True, slots=True)
+class InternalRequest:
+    """A request made in-process, and the agent connection it is made on behalf of."""
+
+    method: str
+    target: str
+    headers: CIMultiDict[str]
+    body: bytes | None
+    #: the agent's address, scheme and ``Host``, as its own request had them
+    remote: str | None
+    scheme: str
+    host: str
+
+
 async def run(
     handler: Handler,
-    method: str,
-    target: str,
-    headers: CIMultiDict[str],
-    body: bytes | None,
+    call: InternalRequest,
     *,
-    remote: str | None,
-    scheme: str,
-    host: str,
     limit: int,
     state: dict[Any, Any] | None = None,
 ) -> Answer:
-    """``handler``'s answer to ``method target`` with ``headers`` and ``body``; the body kept is
+    """``handler``'s answer to ``call`` (its method, target, headers and body); the body kept is
     at most ``limit`` bytes."""
+    method, target, headers, body = call.method, call.target, call.headers, call.body
     loop = asyncio.get_running_loop()
     protocol: Any = _Detached()
     if body is not None:
@@ -146,7 +155,15 @@ async def run(
     writer = _Capture(limit)
     task = cast("asyncio.Task[None]", asyncio.current_task())
     request = web.BaseRequest(
-        message, payload, protocol, writer, task, loop, scheme=scheme, host=host, remote=remote
+        message,
+        payload,
+        protocol,
+        writer,
+        task,
+        loop,
+        scheme=call.scheme,
+        host=call.host,
+        remote=call.remote,
     )
     for key, value in (state or {}).items():
         request[key] = value

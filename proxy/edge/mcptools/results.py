@@ -18,13 +18,14 @@ from typing import Any
 
 from mcp_types import CallToolResult, TextContent
 
+from proxy.config.choices import Rendering
 from proxy.edge.mcptools.internal import Answer
 from proxy.edge.mcptools.tools import RESULT, Toolbox, ToolSpec
 from proxy.policy.envelope import Envelope, InvalidField
 from proxy.policy.exchange import NOT_JSON
 from proxy.policy.openapi.spec import Mount, Spec
 from proxy.policy.protocols.mcp import META_KEY
-from proxy.policy.render import Rendering, render
+from proxy.policy.render import render
 from proxy.policy.upstream_body import Body
 from proxy.policy.upstream_body import parse as parse_body
 

@@ -1,5 +1,5 @@
 """The official MCP SDK's server as mend runs it: imported only by a route's first MCP request
-(``server.py``), so a mend without ``mcp_tools`` never loads the SDK.
+(``mcp_server.py``), so a mend without ``mcp_tools`` never loads the SDK.
 
 One adjustment to the SDK's lowlevel ``Server``: on the handshake revisions its ``initialize``
 answer says ``tools.listChanged: true``, since mend tells those sessions when a reload changes the

@@ -34,7 +34,7 @@ from enum import IntEnum
 from prometheus_client import CollectorRegistry, Gauge
 from structlog.typing import FilteringBoundLogger
 
-from proxy.policy.crosscall.config import CircuitSettings
+from proxy.config.crosscall import CircuitSettings
 from proxy.policy.crosscall.guard import Guard
 from proxy.policy.crosscall.store import StateStore
 from proxy.policy.envelope import Category, Envelope

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 import orjson
 
-from proxy.policy.crosscall.config import SessionSettings
+from proxy.config.crosscall import SessionSettings
 from proxy.policy.crosscall.guard import Guard
 from proxy.policy.crosscall.session import Sessions
 from proxy.policy.crosscall.store import MAX_PATH_CHARS, Failure, Seen, StateStore, Summary

@@ -13,7 +13,7 @@ import hashlib
 import secrets
 from collections.abc import Mapping
 
-from proxy.policy.crosscall.config import SessionSettings
+from proxy.config.crosscall import SessionSettings
 
 #: hex characters of a session id: 96 bits, no collision between agents in practice
 _ID_CHARS = 24

@@ -5,8 +5,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
 
+from proxy.config.crosscall import CircuitSettings, SessionSettings, StateSettings
 from proxy.policy.crosscall.circuit import Circuits
-from proxy.policy.crosscall.config import CircuitSettings, SessionSettings, StateSettings
 from proxy.policy.crosscall.guard import Guard
 from proxy.policy.crosscall.memory import MemoryStore
 from proxy.policy.crosscall.patterns import load_suggestions

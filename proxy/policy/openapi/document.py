@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from proxy.policy.rulefile import MAX_YAML_DEPTH, Lines, RuleError, parse_yaml
+from proxy.config.yamlfile import MAX_YAML_DEPTH, Lines, RuleError, parse_yaml
+from proxy.policy.shorten import shortened
 
 if TYPE_CHECKING:  # referencing is imported by what loads a document: a mend without one skips it
     from referencing import Registry
@@ -288,4 +289,4 @@ def _line(path: tuple[Any, ...], lines: Lines) -> int:
 def _short(message: str, limit: int = 300) -> str:
     # with jsonschema-rs installed the validator appends the schema path and the whole instance
     message = " ".join(message.split()).split(" Failed validating ", 1)[0]
-    return message if len(message) <= limit else message[: limit - 1] + "…"
+    return shortened(message, limit)

@@ -1,7 +1,7 @@
 """The envelope post-processor: what a route's OpenAPI document adds to an envelope.
 
-Called once per envelope, after it is built (``envelope_steps.Enrich``); a route without a document costs
-one dictionary lookup, and a success never gets here. It adds:
+Called once per envelope, after it is built (``envelope_steps.Enrich``); a route without a
+document costs one dictionary lookup, and a success never gets here. It adds:
 
 - ``operation`` and ``example_request`` for a documented operation;
 - per ``invalid_fields`` entry, the schema's ``allowed_values``, a ``suggested_value`` and the
@@ -15,48 +15,24 @@ one dictionary lookup, and a success never gets here. It adds:
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
-from proxy.policy.envelope import Action, Category, Envelope, InvalidField
+from proxy.policy.envelope import Category, Envelope, InvalidField
 from proxy.policy.exchange import NOT_JSON
 from proxy.policy.openapi import facts
+from proxy.policy.openapi.agent_request import Request
+from proxy.policy.openapi.examples import example_request
+from proxy.policy.openapi.links import linked, resolve_pointer
 from proxy.policy.openapi.named import named_fields
-from proxy.policy.openapi.operations import Link, Operation, PathMatch, Template, split
+from proxy.policy.openapi.nearest import nearest_redirect
+from proxy.policy.openapi.operations import Operation, split
 from proxy.policy.openapi.spec import Mount, Spec
-from proxy.policy.openapi.validate import Violation, echo
+from proxy.policy.openapi.violations import Violation, echo
 
-#: Operations named in ``allowed_values.operations`` for an undocumented path.
-NEAREST = 3
-#: Templates compared with an undocumented path (a document may have thousands).
-_COMPARED = 500
 #: Tails of an undocumented pointer tried against the document (the longest first).
 _TAILS = 8
-#: Characters of a path segment compared when looking for the nearest template.
-_SEGMENT_CHARS = 64
-#: Methods an agent probably meant instead of the one it sent.
-_KIN = {
-    "PUT": ("PATCH", "POST"),
-    "PATCH": ("PUT", "POST"),
-    "POST": ("PUT", "PATCH"),
-    "HEAD": ("GET",),
-    "GET": ("HEAD",),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """What the enricher reads of the agent's request."""
-
-    method: str
-    path: str  # raw (percent-encoded), without the query
-    query: Any  # a MultiDict of the decoded query
-    headers: Mapping[str, str]
-    response_json: Any = None  # the upstream's error document, for a link's $response.body
-    request_json: Any = NOT_JSON  # the agent's JSON body, when mend kept it (``Call.tee``)
 
 
 def enrich(
@@ -73,7 +49,7 @@ def enrich(
     if match is None or match.operation is None:
         if not _wrong_place(envelope):
             return envelope
-        return _redirect(envelope, spec, mount, request, located.spec_path, match)
+        return nearest_redirect(envelope, spec, mount, request, located.spec_path, match)
     operation = match.operation
     sent_fields = envelope.invalid_fields or _named(envelope, spec, operation)
     fields = (
@@ -111,7 +87,7 @@ def enrich(
         if envelope.suggested_value is None or violations is not None:
             update["suggested_value"] = primary.suggested_value
     if envelope.next_operation is None:
-        update.update(_linked(envelope, spec, mount, operation, match, request))
+        update.update(linked(envelope, spec, mount, operation, match, request))
     return envelope.model_copy(update=update)
 
 
@@ -253,7 +229,7 @@ def _with_facts(
     if received is None and location == "query" and field.field:
         received = request.query.get(split(field.field)[0])
     elif received is None and location == "body" and request.request_json is not NOT_JSON:
-        received = echo(_pointer(request.request_json, field.field, None))
+        received = echo(resolve_pointer(request.request_json, field.field, None))
     suggested = field.suggested_value
     if suggested is None and isinstance(allowed, Mapping):
         suggested = facts.suggest(allowed, received)
@@ -268,172 +244,6 @@ def _with_facts(
     )
 
 
-def example_request(
-    spec: Spec, mount: Mount, operation: Operation, sent: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """A minimal valid request for ``operation``: required parameters and the body, from the
-    document's examples and defaults (built from the schema when it has none); a path parameter
-    the agent sent (and nothing says is wrong) is kept as sent."""
-    key = (operation.method, operation.path)
-    example = spec.examples.get(key)
-    if example is None:  # built once per operation, on its first envelope
-        example = spec.examples[key] = _example(spec, operation)
-    path_values, query, body = example
-    path = operation.path
-    for name, value in path_values.items():
-        given = (sent or {}).get(name)
-        path = path.replace("{" + name + "}", quote(given, safe="") if given else value)
-    return {
-        "method": operation.method,
-        "path": spec.agent_path(path, mount),
-        "query": dict(query),
-        "body": body,
-    }
-
-
-def _example(spec: Spec, operation: Operation) -> tuple[dict[str, str], dict[str, Any], Any]:
-    document = spec.document
-    path_values: dict[str, str] = {}
-    query: dict[str, Any] = {}
-    for param in operation.parameters:
-        value = param.example if param.has_example else facts.example(param.schema, document)
-        if param.location == "path":
-            path_values[param.name] = _path_value(value)
-        elif param.location == "query" and param.required:
-            query[param.name] = value
-    body = None
-    if operation.body is not None and operation.body.schema is not None:
-        body = (
-            operation.body.example
-            if operation.body.has_example
-            else facts.example(operation.body.schema, document)
-        )
-    return path_values, query, body
-
-
-def _path_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "1" if value is None or value == "" else str(value)
-
-
-def _linked(
-    envelope: Envelope,
-    spec: Spec,
-    mount: Mount,
-    operation: Operation,
-    match: PathMatch,
-    request: Request,
-) -> dict[str, Any]:
-    """``next_operation`` and its arguments from the documented response's first link."""
-    status = envelope.upstream_status
-    links: tuple[Link, ...] = ()
-    if status is not None:
-        for key in (str(status), f"{status // 100}XX", "default"):
-            if key in operation.links:
-                links = operation.links[key]
-                break
-    for link in links:
-        target = _link_target(spec, link.operation_id, link.operation_ref)
-        if target is None:
-            continue
-        args: dict[str, Any] = {
-            str(name): _expression(value, match, request)
-            for name, value in list(link.parameters.items())[:32]
-        }
-        next_operation = f"{target.method} {spec.agent_path(target.path, mount)}"
-        out: dict[str, Any] = {"next_operation": next_operation, "next_operation_args": args}
-        if envelope.action is Action.FIX_REQUEST:
-            out["action"] = Action.CALL_OTHER_OPERATION
-            out["hint"] = f"Call {next_operation} first, then send {request.method} again."
-        return out
-    return {}
-
-
-def _link_target(spec: Spec, operation_id: Any, operation_ref: Any) -> Operation | None:
-    operations = spec.operations
-    if isinstance(operation_id, str):
-        return operations.by_id.get(operation_id)
-    if isinstance(operation_ref, str) and operation_ref.startswith("#/paths/"):
-        parts = operation_ref[len("#/paths/") :].split("/")
-        if len(parts) == 2:
-            path = parts[0].replace("~1", "/").replace("~0", "~")
-            for op in operations.all:
-                if op.path == path and op.method == parts[1].upper():
-                    return op
-    return None
-
-
-def _expression(value: Any, match: PathMatch, request: Request) -> Any:
-    """A link parameter: a runtime expression read from the request or the response, or a
-    literal. An expression mend cannot read is kept as written."""
-    if not isinstance(value, str) or not value.startswith("$"):
-        return value
-    source, _, name = value.partition(".")
-    if source == "$request":
-        where, _, key = name.partition(".")
-        if where == "path":
-            return match.params.get(key, value)
-        if where == "query":
-            return request.query.get(key, value)
-        if where == "header":
-            return request.headers.get(key, value)
-    if value.startswith("$response.body#"):
-        return _pointer(request.response_json, value[len("$response.body#") :], value)
-    return value
-
-
-def _pointer(document: Any, pointer: str, default: Any) -> Any:
-    node = document
-    for escaped in split(pointer) if pointer else []:
-        segment = escaped.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, Mapping) and segment in node:
-            node = node[segment]
-        elif isinstance(node, list) and segment.isdigit() and int(segment) < len(node):
-            node = node[int(segment)]
-        else:
-            return default
-    return node
-
-
-def _redirect(
-    envelope: Envelope,
-    spec: Spec,
-    mount: Mount,
-    request: Request,
-    spec_path: str,
-    match: PathMatch | None,
-) -> Envelope:
-    """A 404 or 405 on a path or method the document lacks: the nearest documented operation."""
-    method = request.method.upper()
-    candidates = _nearest(spec, method, spec_path, match)
-    if not candidates:
-        return envelope
-    operations = [f"{m} {spec.agent_path(t.path, mount)}" for m, t, _ in candidates]
-    chosen_method, template, params = candidates[0]
-    # the methods of the path sent when it is documented (a 405's Allow), else the suggestion's
-    methods = sorted((match.template if match is not None else template).methods)
-    allowed: dict[str, Any] = {"methods": methods, "operations": operations}
-    next_operation = operations[0]
-    hint = (
-        f"{method} {unquote(request.path)[:200]} is not an operation of this API; "
-        f"send {next_operation} instead."
-    )
-    target = template.methods[chosen_method]
-    update: dict[str, Any] = {
-        "next_operation": next_operation,
-        "next_operation_args": params or None,
-        "allowed_values": allowed,
-        "suggested_value": next_operation,
-        "example_request": example_request(spec, mount, target, params),
-    }
-    if not envelope.retryable:  # a retry (a gateway's 404 during a deploy) stays a retry
-        update["action"] = Action.CALL_OTHER_OPERATION
-        update["hint"] = hint
-        update["steps"] = (f"Send {next_operation} instead.",)
-    return envelope.model_copy(update=update)
-
-
 def allow_header(allowed_values: Any) -> str | None:
     """The ``Allow`` header of a 405 envelope from the methods its ``allowed_values`` name (the
     document's for the path, or the upstream's ``Allow`` read back); ``None`` without any."""
@@ -444,48 +254,3 @@ def allow_header(allowed_values: Any) -> str | None:
         return None
     names = [m for m in methods if isinstance(m, str) and m.isascii() and m.isalpha()]
     return ", ".join(m[:16] for m in names[:16]) or None
-
-
-def _nearest(
-    spec: Spec, method: str, spec_path: str, match: PathMatch | None = None
-) -> list[tuple[str, Template, dict[str, str]]]:
-    """The documented operations nearest ``method spec_path``, path and method weighed
-    together: the path segment by segment (0 to 2, a template parameter fitting anything), plus
-    1 for the method sent and 0.4 for a kindred one, so ``GET /pets`` is nearer ``GET
-    /pet/findByStatus`` than ``POST /pet``, and ``POST /user/repo`` nearer ``POST /user/repos``
-    than ``GET /user/{account_id}``, whose template the path fits."""
-    segments = [s[:_SEGMENT_CHARS] for s in split(spec_path)[:16]]
-    scored: list[tuple[float, str, Template, dict[str, str]]] = []
-    # templates of about the request's length, at most _COMPARED of them: a 404 must stay cheap
-    near = [t for t in spec.operations.templates if abs(len(t.literals) - len(segments)) <= 1]
-    near = near[:_COMPARED]
-    if match is not None and all(t is not match.template for t in near):
-        near.append(match.template)
-    for template in near:
-        score, params = _path_score(segments, template)
-        if match is not None and template is match.template:
-            params = dict(match.params)
-        for op_method in template.methods:
-            kin = _KIN.get(method, ())
-            bonus = 1.0 if op_method == method else 0.4 if op_method in kin else 0.0
-            scored.append((score + bonus, op_method, template, params))
-    scored.sort(key=lambda item: (-item[0], item[2].path, item[1]))
-    return [(m, t, p) for _, m, t, p in scored[:NEAREST]]
-
-
-def _path_score(segments: list[str], template: Template) -> tuple[float, dict[str, str]]:
-    literals = template.literals
-    length = max(len(segments), len(literals), 1)
-    score = 0.0
-    params: dict[str, str] = {}
-    for index, (sent, literal) in enumerate(zip(segments, literals, strict=False)):
-        if literal is None:
-            score += 0.75
-            pattern = template.patterns[index]
-            if pattern is not None and len(pattern[1]) == 1:
-                params[pattern[1][0]] = unquote(sent)
-        else:
-            score += difflib.SequenceMatcher(None, sent.lower(), literal.lower()).ratio()
-    if len(segments) != len(literals):
-        params = {}
-    return score / length * 2, params

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from proxy.config.yamlfile import RuleError
 from proxy.policy.openapi.document import Document
 from proxy.policy.regex import Linear, escape, linear
-from proxy.policy.rulefile import RuleError
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 #: Operations mend reads from one document.

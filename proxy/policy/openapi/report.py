@@ -7,7 +7,8 @@ from typing import Any
 
 from proxy.policy.envelope import Envelope
 from proxy.policy.openapi import facts
-from proxy.policy.openapi.enrich import Request, enrich, schema_at
+from proxy.policy.openapi.agent_request import Request
+from proxy.policy.openapi.enrich import enrich, schema_at
 from proxy.policy.openapi.spec import Mount, Spec
 
 

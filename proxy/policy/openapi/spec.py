@@ -13,10 +13,10 @@ from typing import Any
 
 from yarl import URL
 
+from proxy.config.route import Route
 from proxy.policy.openapi.document import Document, load_document
 from proxy.policy.openapi.operations import Operations, PathMatch, read_operations
 from proxy.policy.openapi.validate import Checker
-from proxy.runtime.settings import Route
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,21 +17,29 @@ request is never refused for what mend cannot read.
 
 from __future__ import annotations
 
-import binascii
-import functools
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from proxy.policy import nesting
+from proxy.policy import json_depth
 from proxy.policy.exchange import NOT_JSON
 from proxy.policy.openapi import facts
 from proxy.policy.openapi.document import BASE_URI, Document
-from proxy.policy.openapi.operations import Operation, Operations, Parameter, PathMatch
-from proxy.policy.regex import Linear, linear
+from proxy.policy.openapi.operations import Body, Operation, Operations, Parameter, PathMatch
+from proxy.policy.openapi.schema_prep import (
+    NULLABLE_BESIDE,
+    RS_FORMATS,
+    _linear_additional,
+    _linear_pattern_properties,
+    absolute_refs,
+    cached_linear,
+    for_rs,
+    linear_pattern,
+    nullable_aware,
+    referenced,
+)
+from proxy.policy.openapi.violations import Violation, echo, escape_pointer, reason_for
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
@@ -39,28 +47,12 @@ if TYPE_CHECKING:
 
 #: Violations reported for one request (the rest are counted in the last one's reason).
 MAX_VIOLATIONS = 50
-#: Characters of a received string echoed back; bytes of a received object or array.
-_ECHO_CHARS = 256
 _UNBUILT: Any = object()
 #: Each digit as ``1``, every other byte ``0``: a run of 19 ones is a number orjson may not keep.
 _DIGITS = bytes(0x31 if 0x30 <= b <= 0x39 else 0x30 for b in range(256))
 _LONG_NUMBER = b"1" * 19
-#: The keywords beside which OpenAPI 3.0's ``nullable: true`` still admits ``null``.
-_NULLABLE_BESIDE = ("oneOf", "anyOf", "allOf", "enum")
-#: OpenAPI's integer formats and the ranges they name.
-_INT_FORMATS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 #: Headers OpenAPI says a parameter may not describe.
 _IGNORED_HEADERS = frozenset({"accept", "content-type", "authorization"})
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    pointer: str
-    location: str  # body, query, path, header
-    reason: str
-    received: Any
-    allowed_values: dict[str, Any] | None
-    suggested_value: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,24 +79,6 @@ class CheckedOperation:
     body: Compiled | None
 
 
-def _absolute(schema: Any, depth: int = 0) -> Any:
-    """A copy of an inline schema whose ``#/...`` refs name the document in the registry."""
-    if depth > 64:
-        return schema
-    if isinstance(schema, Mapping):
-        return {
-            k: (
-                BASE_URI + v
-                if k == "$ref" and isinstance(v, str) and v.startswith("#")
-                else _absolute(v, depth + 1)
-            )
-            for k, v in schema.items()
-        }
-    if isinstance(schema, list):
-        return [_absolute(v, depth + 1) for v in schema]
-    return schema
-
-
 class Checker:
     """Validators for the operations of one document, each operation's compiled the first time a
     request calls it (a document of 1,200 operations costs what the called ones need)."""
@@ -129,13 +103,13 @@ class Checker:
             base, self._formats = OAS31Validator, oas31_format_checker
             self._rs_cls = jsonschema_rs.Draft202012Validator
         keywords = {
-            "pattern": _linear_pattern,
+            "pattern": linear_pattern,
             "patternProperties": _linear_pattern_properties,
             "additionalProperties": _linear_additional(base.VALIDATORS["additionalProperties"]),
         }
         if document.version == "3.0":  # null where nullable: true, beside these too
-            for name in _NULLABLE_BESIDE:
-                keywords[name] = _nullable_aware(base.VALIDATORS[name])
+            for name in NULLABLE_BESIDE:
+                keywords[name] = nullable_aware(base.VALIDATORS[name])
         self._cls = extend(base, keywords)  # type: ignore[no-untyped-call]
         self._rs_options = jsonschema_rs.RegexOptions()
         self._rs_registry: Any = _UNBUILT
@@ -168,7 +142,7 @@ class Checker:
         if self._rs_registry is _UNBUILT:
             import jsonschema_rs  # noqa: PLC0415
 
-            data = _for_rs(_referenced(self.document), self.document.version == "3.0")
+            data = for_rs(referenced(self.document), self.document.version == "3.0")
             try:
                 self._rs_registry = jsonschema_rs.Registry([(BASE_URI, data)])
             except Exception:
@@ -176,7 +150,7 @@ class Checker:
         return self._rs_registry
 
     def _validator(self, schema: Any) -> Compiled:
-        absolute = _absolute(schema)
+        absolute = absolute_refs(schema)
         full: Validator = self._cls(
             absolute, registry=self.document.registry, format_checker=self._formats
         )
@@ -184,10 +158,10 @@ class Checker:
         if self._registry() is not None:
             try:
                 fast = self._rs_cls(
-                    _for_rs(absolute, self.document.version == "3.0"),
+                    for_rs(absolute, self.document.version == "3.0"),
                     registry=self._rs_registry,
                     validate_formats=True,
-                    formats=_RS_FORMATS,
+                    formats=RS_FORMATS,
                     pattern_options=self._rs_options,
                 )
             except Exception:
@@ -245,7 +219,7 @@ class Checker:
             values = query.getall(spec.name, []) if hasattr(query, "getall") else []
         else:
             values = headers.getall(spec.name, []) if hasattr(headers, "getall") else []
-        pointer = "/" + _escape(spec.name)
+        pointer = "/" + escape_pointer(spec.name)
         if not values:
             if not spec.required:
                 return []
@@ -282,10 +256,7 @@ class Checker:
         if spec is None or body is None:  # None: a body mend did not read (over its cap, encoded)
             return []
         if not body:
-            if spec.required:
-                allowed = facts.allowed_values(spec.schema, self.document) if spec.schema else None
-                return [Violation("", "body", "a request body is required", None, allowed, None)]
-            return []
+            return self._missing_body(spec)
         media_type = content_type.split(";", maxsplit=1)[0].strip().lower()
         if spec.media_types and not _accepted(media_type, spec.media_types):
             return [
@@ -300,10 +271,7 @@ class Checker:
             ]
         if checked.body is None or not _json_type(media_type):
             return []
-        document = nesting.loads(body)
-        if document is not NOT_JSON and _LONG_NUMBER in body.translate(_DIGITS):
-            # orjson reads an integer past 64 bits as a float; the standard library keeps it
-            document = json.loads(body)
+        document = _json_body(body)
         if document is NOT_JSON:
             return [
                 Violation(
@@ -311,6 +279,13 @@ class Checker:
                 )
             ]
         return self._violations(checked.body, document, "", "body")
+
+    def _missing_body(self, spec: Body) -> list[Violation]:
+        """An empty body: a violation when the operation requires one."""
+        if not spec.required:
+            return []
+        allowed = facts.allowed_values(spec.schema, self.document) if spec.schema else None
+        return [Violation("", "body", "a request body is required", None, allowed, None)]
 
     def _violations(
         self, compiled: Compiled, instance: Any, base: str, location: str
@@ -331,7 +306,7 @@ class Checker:
         return list(found.values())
 
     def _from_error(self, error: ValidationError, base: str, location: str) -> list[Violation]:
-        pointer = base + "".join("/" + _escape(str(p)) for p in error.absolute_path)
+        pointer = base + "".join("/" + escape_pointer(str(p)) for p in error.absolute_path)
         keyword = str(error.validator)
         schema = error.schema if isinstance(error.schema, Mapping) else {}
         if keyword == "required" and isinstance(error.instance, Mapping):
@@ -343,7 +318,7 @@ class Checker:
                     sub = properties.get(name, {})
                     out.append(
                         Violation(
-                            f"{pointer}/{_escape(name)}",
+                            f"{pointer}/{escape_pointer(name)}",
                             location,
                             "is required",
                             None,
@@ -355,7 +330,7 @@ class Checker:
         if keyword == "additionalProperties" and isinstance(error.instance, Mapping):
             resolved = facts.combined(schema, self.document)
             known = sorted(resolved.get("properties") or {})
-            covered = [_re2(str(p)) for p in resolved.get("patternProperties") or ()]
+            covered = [cached_linear(str(p)) for p in resolved.get("patternProperties") or ()]
             out = []
             for name in list(error.instance)[:MAX_VIOLATIONS]:
                 if (
@@ -365,7 +340,7 @@ class Checker:
                 ):
                     out.append(
                         Violation(
-                            f"{pointer}/{_escape(name)}",
+                            f"{pointer}/{escape_pointer(name)}",
                             location,
                             "is not a property of this object",
                             None,
@@ -380,201 +355,12 @@ class Checker:
             Violation(
                 pointer,
                 location,
-                _reason(keyword, error.validator_value),
+                reason_for(keyword, error.validator_value),
                 received,
                 allowed,
                 facts.suggest(allowed, error.instance),
             )
         ]
-
-
-def _referenced(document: Document) -> dict[str, Any]:
-    """The document reduced to the subtrees its refs name, three segments deep
-    (``#/components/schemas/Pet``, ``#/paths/~1pets/get``), examples left out: the schemas a
-    ``$ref`` in a schema can reach."""
-    out: dict[str, Any] = {}
-    made = {id(out)}  # the dicts built here (the others are the document's own: never written)
-    for ref in document.refs:
-        parts = [p.replace("~1", "/").replace("~0", "~") for p in ref[2:].split("/")[:3]]
-        if not ref.startswith("#/") or parts[:2] == ["components", "examples"]:
-            continue
-        source: Any = document.data
-        target = out
-        for index, part in enumerate(parts):
-            if not isinstance(source, Mapping) or part not in source:
-                break
-            source = source[part]
-            if index == len(parts) - 1:
-                target[part] = source
-            else:
-                if part not in target:
-                    target[part] = {}
-                    made.add(id(target[part]))
-                target = target[part]
-                if id(target) not in made:
-                    break
-    return out
-
-
-@functools.lru_cache(maxsize=1024)
-def _re2(pattern: str) -> Linear | None:
-    try:
-        return linear(pattern)
-    except Exception:
-        return None
-
-
-def _linear_pattern(
-    validator: Any, pattern: str, instance: Any, schema: Any
-) -> Iterator[ValidationError]:
-    """jsonschema's ``pattern`` keyword, matched by RE2: linear in the agent's string."""
-    from jsonschema.exceptions import ValidationError  # noqa: PLC0415
-
-    if not isinstance(instance, str) or not isinstance(pattern, str):
-        return
-    compiled = _re2(pattern)
-    if compiled is not None and compiled.search(instance) is None:
-        yield ValidationError(f"does not match {pattern!r}")
-
-
-def _linear_pattern_properties(
-    validator: Any, patterns: Any, instance: Any, schema: Any
-) -> Iterator[ValidationError]:
-    """jsonschema's ``patternProperties``, its patterns matched by RE2 (the keys are the
-    agent's)."""
-    if not isinstance(instance, Mapping) or not isinstance(patterns, Mapping):
-        return
-    for pattern, subschema in patterns.items():
-        compiled = _re2(str(pattern))
-        for key, value in instance.items():
-            if compiled is not None and compiled.search(str(key)) is not None:
-                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
-
-
-def _linear_additional(original: Any) -> Any:
-    """``additionalProperties`` as the dialect has it, except beside ``patternProperties``,
-    where the properties the patterns cover are found by RE2, not ``re``."""
-    from jsonschema.exceptions import ValidationError  # noqa: PLC0415
-
-    def keyword(validator: Any, extra: Any, instance: Any, schema: Any) -> Any:
-        patterns = schema.get("patternProperties") if isinstance(schema, Mapping) else None
-        if not patterns or not isinstance(instance, Mapping):
-            yield from original(validator, extra, instance, schema)
-            return
-        compiled = [c for c in (_re2(str(p)) for p in patterns) if c is not None]
-        known = schema.get("properties") or {}
-        extras = [
-            k for k in instance if k not in known and not any(c.search(str(k)) for c in compiled)
-        ]
-        if isinstance(extra, Mapping):
-            for key in extras:
-                yield from validator.descend(instance[key], extra, path=key)
-        elif extra is False and extras:
-            names = ", ".join(repr(k) for k in sorted(map(str, extras))[:20])
-            yield ValidationError(f"Additional properties are not allowed ({names} unexpected)")
-
-    return keyword
-
-
-def _for_rs(node: Any, nullable: bool, depth: int = 0) -> Any:
-    """A schema (or document part) as jsonschema-rs's draft reads what OpenAPI means by it:
-    with ``nullable`` (3.0), ``nullable: true`` becomes ``null`` in ``type`` and ``enum``, and
-    beside ``oneOf``/``anyOf``/``allOf`` an alternative of its own (GitHub's ``nullable: true,
-    allOf: [{$ref}]``); ``format: int32``/``int64`` become the range they name."""
-    if depth > 64:
-        return node
-    if isinstance(node, list):
-        return [_for_rs(v, nullable, depth + 1) for v in node]
-    if not isinstance(node, Mapping):
-        return node
-    out = {k: _for_rs(v, nullable, depth + 1) for k, v in node.items()}
-    fmt = out.get("format")
-    bounds = _INT_FORMATS.get(fmt) if isinstance(fmt, str) else None
-    if bounds is not None:
-        out.setdefault("minimum", bounds[0])
-        out.setdefault("maximum", bounds[1])
-    if nullable and out.get("nullable") is True:
-        kind = out.get("type")
-        if isinstance(kind, str):
-            out["type"] = [kind, "null"]
-        if isinstance(out.get("enum"), list) and None not in out["enum"]:
-            out["enum"] = [*out["enum"], None]
-        if any(k in out for k in _NULLABLE_BESIDE if k != "enum"):
-            rest = {k: v for k, v in out.items() if k != "nullable"}
-            return {"anyOf": [{"type": "null"}, rest]}
-    return out
-
-
-def _nullable_aware(original: Any) -> Any:
-    """An OpenAPI 3.0 keyword that lets ``null`` through where the schema says ``nullable``."""
-
-    def keyword(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        if instance is None and isinstance(schema, Mapping) and schema.get("nullable") is True:
-            return
-        yield from original(validator, value, instance, schema)
-
-    return keyword
-
-
-def _is_base64(value: str) -> bool:
-    """OpenAPI's ``format: byte``: base64 (RFC 4648), padded."""
-    try:
-        binascii.a2b_base64(value.encode("ascii"), strict_mode=True)
-    except (binascii.Error, UnicodeEncodeError, ValueError):
-        return False
-    return True
-
-
-#: Formats OpenAPI names that jsonschema-rs does not know (it checks date, date-time, email...).
-_RS_FORMATS = {"byte": _is_base64}
-
-
-def _reason(keyword: str, value: Any) -> str:
-    shown = echo(value)
-    reasons = {
-        "enum": "must be one of the values in allowed_values.enum",
-        "const": f"must be {shown!r}",
-        "type": f"must be of type {shown}",
-        "format": f"must be a valid {shown}",
-        "pattern": f"must match the pattern {shown}",
-        "minimum": f"must be at least {shown}",
-        "maximum": f"must be at most {shown}",
-        "exclusiveMinimum": f"must be greater than {shown}",
-        "exclusiveMaximum": f"must be less than {shown}",
-        "multipleOf": f"must be a multiple of {shown}",
-        "minLength": f"must be at least {shown} characters long",
-        "maxLength": f"must be at most {shown} characters long",
-        "minItems": f"must have at least {shown} items",
-        "maxItems": f"must have at most {shown} items",
-        "uniqueItems": "must not repeat items",
-        "oneOf": "must match exactly one of the documented alternatives",
-        "anyOf": "must match one of the documented alternatives",
-        "nullable": "must not be null",
-    }
-    return reasons.get(keyword, f"does not satisfy the schema's {keyword[:40]}")
-
-
-def echo(value: Any) -> Any:
-    """What was sent, as short as an envelope can carry it."""
-    if isinstance(value, str):
-        return value if len(value) <= _ECHO_CHARS else value[: _ECHO_CHARS - 1] + "…"
-    if isinstance(value, Mapping | list):
-        # a small flat container only: a deep or long one is not echoed (nor measured)
-        items = value.values() if isinstance(value, Mapping) else value
-        if len(value) > 16 or any(
-            isinstance(v, Mapping | list) or (isinstance(v, str) and len(v) > 64) for v in items
-        ):
-            return None
-        try:
-            size = len(orjson.dumps(value))
-        except (TypeError, orjson.JSONEncodeError):
-            return None
-        return value if size <= _ECHO_CHARS else None
-    return value
-
-
-def _escape(segment: str) -> str:
-    return segment.replace("~", "~0").replace("/", "~1")
 
 
 def _scalar(schema: Mapping[str, Any]) -> str | None:
@@ -600,6 +386,15 @@ def _coerce(text: str, kind: str | None) -> Any:
     if kind == "boolean" and text in ("true", "false"):
         return text == "true"
     return text
+
+
+def _json_body(body: bytes) -> Any:
+    """The body parsed (``NOT_JSON`` when it is not JSON, or nests too deep), every integer kept."""
+    document = json_depth.loads(body)
+    if document is not NOT_JSON and _LONG_NUMBER in body.translate(_DIGITS):
+        # orjson reads an integer past 64 bits as a float; the standard library keeps it
+        document = json.loads(body)
+    return document
 
 
 def _json_type(media_type: str) -> bool:

@@ -19,25 +19,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
-from enum import Enum, StrEnum
+from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from proxy.policy import nesting
+from proxy.config.choices import ProtocolName
+from proxy.policy import json_depth
 from proxy.policy.envelope import Envelope
 from proxy.policy.exchange import NOT_JSON, Exchange
 
 if TYPE_CHECKING:  # annotations only: the policy imports no aiohttp
     from aiohttp import web
-
-
-class ProtocolName(StrEnum):
-    """A route's ``protocol:`` (and the ``protocol`` label of ``mend_errors_total``)."""
-
-    AUTO = "auto"
-    HTTP = "http"
-    JSONRPC = "jsonrpc"
-    MCP = "mcp"
-    GRAPHQL = "graphql"
 
 
 class Inspection(Enum):
@@ -66,7 +57,7 @@ class Call:
     """One request as the protocols see it: its cheap signals, and its body kept on the side.
 
     ``tee`` holds the first ``cap`` bytes of a JSON body as they stream upstream (``feed``);
-    ``document`` parses it once, on demand, through ``nesting.loads``. ``protocol`` is the
+    ``document`` parses it once, on demand, through ``json_depth.loads``. ``protocol`` is the
     protocol in force once decided (the route's, a signal's, or the body's); ``decided`` says
     that no other will be looked for. A plain class with slots, not a dataclass: one is made for
     every JSON request of an ``auto`` route, and its construction is on that request's path.
@@ -139,7 +130,7 @@ class Call:
             if self.tee is not None and not self.ended:
                 return NOT_JSON  # still arriving: asked again later, it may parse
             if self.tee and self.complete:
-                self._document = nesting.loads(bytes(self.tee))
+                self._document = json_depth.loads(bytes(self.tee))
             else:
                 self._document = NOT_JSON
         return self._document

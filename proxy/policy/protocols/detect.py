@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from proxy.policy.protocols.base import TEE_BYTES, Call, Protocol, ProtocolName, is_json_type
+from proxy.config.choices import ProtocolName
+from proxy.policy.protocols.base import TEE_BYTES, Call, Protocol, is_json_type
 from proxy.policy.protocols.graphql import GraphQL
 from proxy.policy.protocols.jsonrpc import JsonRpc
 from proxy.policy.protocols.mcp import Mcp

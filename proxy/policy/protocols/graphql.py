@@ -20,20 +20,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs
 
-from proxy.policy import nesting
+from proxy.config.choices import ProtocolName
+from proxy.policy import json_depth
 from proxy.policy.envelope import Envelope, Severity
 from proxy.policy.exchange import Exchange
+from proxy.policy.jsontext import json_bytes
 from proxy.policy.protocols.base import (
     Call,
     Inspection,
     Protocol,
-    ProtocolName,
     Rendered,
     Unit,
     is_json_type,
     narrowed,
 )
-from proxy.policy.render import json_bytes
 
 if TYPE_CHECKING:  # annotations only: the policy imports no aiohttp
     from aiohttp import web
@@ -95,7 +95,7 @@ def _from_query(query_string: str) -> GraphQLRequest | None:
     return GraphQLRequest(
         query,
         first("operationName"),
-        nesting.loads(variables) if variables is not None else None,
+        json_depth.loads(variables) if variables is not None else None,
     )
 
 

@@ -24,19 +24,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Final
 
+from proxy.config.choices import ProtocolName
 from proxy.policy.envelope import Category, Envelope
 from proxy.policy.exchange import Exchange
+from proxy.policy.jsontext import json_bytes as dumps
 from proxy.policy.protocols.base import (
     Call,
     Inspection,
     Protocol,
-    ProtocolName,
     Rendered,
     Unit,
     is_json_type,
     narrowed,
 )
-from proxy.policy.render import json_bytes as dumps
 
 
 class _NoId:
@@ -348,7 +348,7 @@ def protocol_data(error: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def scrubbed_json(value: Any, scrub: Callable[[str], str]) -> Any:
-    """``value`` (parsed JSON, depth-capped by ``nesting``) with every string through ``scrub``;
+    """``value`` (parsed JSON, depth-capped by ``json_depth``) with every string through ``scrub``;
     keys are kept (names a program reads), values that were only internals become empty."""
     if isinstance(value, str):
         return scrub(value)

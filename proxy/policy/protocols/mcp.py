@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from multidict import istr
 
-from proxy.policy import nesting
+from proxy.config.choices import ProtocolName, Rendering
+from proxy.policy import json_depth
 from proxy.policy.envelope import Envelope
 from proxy.policy.exchange import NOT_JSON, Exchange
-from proxy.policy.protocols.base import Call, Inspection, Protocol, ProtocolName, Unit
+from proxy.policy.protocols.base import Call, Inspection, Protocol, Unit
 from proxy.policy.protocols.jsonrpc import SSE, JsonRpc, RpcRequest, request_key
-from proxy.policy.render import Rendering, render
+from proxy.policy.render import render
 
 if TYPE_CHECKING:  # annotations only: the policy imports no aiohttp
     from aiohttp import web
@@ -74,12 +75,12 @@ def embedded_json(text: str) -> Any:
     """The JSON document a tool's error text is, or holds (``Error: {"detail": ...}``)."""
     stripped = text.strip()
     if stripped[:1] in ("{", "["):
-        document = nesting.loads(stripped)
+        document = json_depth.loads(stripped)
         if document is not NOT_JSON:
             return document
     start, end = text.find("{"), text.rfind("}")
     if 0 <= start < end:
-        return nesting.loads(text[start : end + 1])
+        return json_depth.loads(text[start : end + 1])
     return NOT_JSON
 
 

@@ -23,10 +23,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from proxy.policy.redaction.config import RedactionSettings, compile_re2
+from proxy.config.re2compile import checked
+from proxy.config.redaction import RedactionSettings
+from proxy.config.sourcefile import MAX_FILE_BYTES
 from proxy.policy.redaction.detectors import DetectorSpec, LoadedDetector, load_detector_files
 from proxy.policy.regex import escape
-from proxy.policy.sourcefile import MAX_FILE_BYTES
 
 HOST_WORD = "an internal host"
 #: the shipped detector that internal domains and hosts of the operator run before
@@ -51,7 +52,7 @@ def operator_detectors(
     out: list[LoadedDetector] = []
     anchor = DOMAIN_ANCHOR if DOMAIN_ANCHOR in set(known) else None
     for i, pattern in enumerate(additions.secrets):
-        groups = compile_re2(pattern).groups
+        groups = checked(pattern).groups
         spec = DetectorSpec(
             name=f"config_secret_{i + 1}",
             kind="secret",

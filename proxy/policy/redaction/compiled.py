@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache
 from typing import Any
 
-import re2
-
+from proxy.config.re2compile import compile_re2
+from proxy.policy.gated import GatedPattern, anchored, gated
 from proxy.policy.redaction import functions
 from proxy.policy.redaction.detectors import LoadedDetector, split_flags
-from proxy.policy.regex import GatedPattern, Linear, anchored, encodable, gated, options
+from proxy.policy.regex import Linear, encodable
 
 #: ``record(unit, match, found, replacement)``: what ``mend explain --redact`` is told of each act
 Record = Callable[["Unit", Any, str, str], None]
@@ -30,7 +30,7 @@ class Re2Pattern:
     __slots__ = ("_re", "groups", "pattern")
 
     def __init__(self, source: str) -> None:
-        self._re: Any = re2.compile(source, options())
+        self._re: Any = compile_re2(source)
         self.pattern = source
         self.groups: int = self._re.groups
 
@@ -76,7 +76,7 @@ class _ExplicitGate(GatedPattern):
 
     def __init__(self, compiled: re.Pattern[str], gate: str) -> None:
         super().__init__(compiled)
-        self._gate = Linear(re2.compile(gate, options()))
+        self._gate = Linear(compile_re2(gate))
 
 
 @lru_cache(maxsize=1024)

@@ -48,10 +48,12 @@ from pydantic import (
     model_validator,
 )
 
+from proxy.config.re2compile import checked
+from proxy.config.sourcefile import MAX_FILE_BYTES, read_text
+from proxy.config.yamlfile import RuleError, exhausted, parse_yaml, validation_problems
+from proxy.policy.gated import re2_source
 from proxy.policy.redaction import functions
-from proxy.policy.regex import options, re2_source
-from proxy.policy.rulefile import RuleError, exhausted, parse_yaml, rule_files, validation_problems
-from proxy.policy.sourcefile import MAX_FILE_BYTES, read_text
+from proxy.policy.rulefile import rule_files
 
 #: What a detector does with what it finds:
 #: ``mask`` (a secret: ``[redacted]`` for agents, ``[masked]`` in the operator's log),
@@ -113,14 +115,6 @@ def split_flags(source: str) -> tuple[str, str]:
     """``"(?i)body"`` -> ``("i", "body")``: a pattern's leading global flags and the rest."""
     match = _FLAGS.match(source)
     return ("", source) if match is None else (match.group(1), source[match.end() :])
-
-
-def _re2(pattern: str, what: str) -> Any:
-    try:
-        return re2.compile(pattern, options())
-    except re2.error as exc:
-        detail = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
-        raise ValueError(f"bad {what} {pattern!r}: {detail}") from exc
 
 
 class _Model(BaseModel):
@@ -199,7 +193,7 @@ class DetectorSpec(_Model):
         if self.engine == "re":
             self._check_re(self.pattern)
         else:
-            compiled = _re2(self.pattern, "regex")
+            compiled = checked(self.pattern, "regex")
             if self.gate is not None or self.starts is not None:
                 raise ValueError("gate and starts are for engine: re (RE2 needs no gate)")
             groups = compiled.groups
@@ -252,13 +246,13 @@ class DetectorSpec(_Model):
             raise ValueError("engine: re needs an RE2 gate: triggers, gate or starts")
         if self.gate == "auto":
             try:
-                _re2(re2_source(pattern), "gate")
+                checked(re2_source(pattern), "gate")
             except (re2.error, ValueError) as exc:
                 raise ValueError(f"gate: auto cannot widen this pattern to RE2: {exc}") from exc
         elif self.gate is not None:
-            _re2(self.gate, "gate")
+            checked(self.gate, "gate")
         if self.starts is not None:
-            _re2(self.starts, "starts")
+            checked(self.starts, "starts")
 
 
 class DetectorFile(_Model):
@@ -360,7 +354,7 @@ def load_detector_files(
 
 def shipped_directory() -> Path:
     """The shipped detector files: ``redaction/`` beside the rule packs (package data)."""
-    from proxy.runtime.settings import PACKAGED_RULES  # noqa: PLC0415 (settings imports this package)
+    from proxy.config.settings import PACKAGED_RULES  # noqa: PLC0415 (settings imports this package)
 
     return PACKAGED_RULES / "redaction"
 

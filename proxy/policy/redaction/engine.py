@@ -31,7 +31,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from proxy.policy.nesting import exceeds_depth
+from proxy.policy.json_depth import exceeds_depth
 from proxy.policy.redaction import functions, markup
 from proxy.policy.redaction.compiled import Record
 from proxy.policy.redaction.detectors import KINDS

@@ -53,22 +53,29 @@ def message_of(document: Any, depth: int = 0) -> str | None:
     if isinstance(document, str):
         return document
     if isinstance(document, list):
-        for item in document[:3]:
-            found = message_of(item, depth + 1)
-            if found:
-                return found
-        return None
-    if not isinstance(document, dict):
-        return None
+        return _first_message(document[:3], depth)
+    if isinstance(document, dict):
+        return _keyed_message(document, depth)
+    return None
+
+
+def _keyed_message(document: dict[Any, Any], depth: int) -> str | None:
+    """The first of ``MESSAGE_KEYS`` (any case) holding a message, itself or further down."""
     by_lower = {str(key).lower(): value for key, value in document.items()}
     for key in MESSAGE_KEYS:
         value = by_lower.get(key)
         if isinstance(value, str) and value.strip():
             return value
-        if isinstance(value, dict | list):
-            found = message_of(value, depth + 1)
-            if found:
-                return found
+        if isinstance(value, dict | list) and (found := message_of(value, depth + 1)):
+            return found
+    return None
+
+
+def _first_message(items: list[Any], depth: int) -> str | None:
+    """The first message any of ``items`` holds, one level deeper."""
+    for item in items:
+        if found := message_of(item, depth + 1):
+            return found
     return None
 
 

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from proxy.config.redaction import RedactionSettings
+from proxy.config.sourcefile import MAX_FILE_BYTES
 from proxy.policy.redaction import functions
 from proxy.policy.redaction.additions import operator_detectors
 from proxy.policy.redaction.compiled import Re2Pattern, Unit, mergeable, unit_of
-from proxy.policy.redaction.config import RedactionSettings
 from proxy.policy.redaction.detectors import (
     LoadedDetector,
     check_unique,
@@ -28,7 +29,6 @@ from proxy.policy.redaction.detectors import (
     shipped_directory,
 )
 from proxy.policy.regex import TriggerSet
-from proxy.policy.sourcefile import MAX_FILE_BYTES
 
 
 def place(detectors: Sequence[LoadedDetector]) -> list[LoadedDetector]:

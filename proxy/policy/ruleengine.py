@@ -12,15 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from proxy.edge.tls import ClientTLS, TLSFileError, client_tls
+from proxy.config.certificates import ClientTLS, TLSFileError, client_tls
+from proxy.config.redaction import RedactionSettings
+from proxy.config.settings import Settings
+from proxy.config.yamlfile import RuleError, exhausted
 from proxy.policy.openapi.spec import Spec
 from proxy.policy.redaction import Redactor
-from proxy.policy.redaction.config import RedactionSettings
 from proxy.policy.redaction.detectors import LoadedDetector
 from proxy.policy.redaction.sets import build_set, load_shipped
-from proxy.policy.rulefile import LoadedRule, RuleError, exhausted, load_rule_text, load_rules
+from proxy.policy.rulefile import LoadedRule, load_rule_text, load_rules
 from proxy.policy.ruleset import Rule, RuleSet
-from proxy.runtime.settings import Settings
 
 _HERE = Path(__file__).resolve().parent
 FALLBACKS = _HERE / "fallbacks.yaml"

@@ -1,4 +1,4 @@
-"""``session:``, ``state:`` and ``circuit:`` in the config file (``proxy/runtime/settings.py``)."""
+"""``session:``, ``state:`` and ``circuit:`` in the config file (``proxy/config/settings.py``)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,13 @@ import os
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from yarl import URL
+
+from proxy.config.model import Frozen
 
 #: an HTTP header name (RFC 9110 token)
 _HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}$")
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 def _headers(names: tuple[str, ...]) -> tuple[str, ...]:
@@ -24,7 +22,7 @@ def _headers(names: tuple[str, ...]) -> tuple[str, ...]:
     return names
 
 
-class SessionSettings(_Model):
+class SessionSettings(Frozen):
     """Who an agent is across calls, and when its repeats become a loop."""
 
     #: the first of these request headers present names the session
@@ -46,7 +44,7 @@ class SessionSettings(_Model):
     _names = field_validator("headers", "credential_headers")(_headers)
 
 
-class StateSettings(_Model):
+class StateSettings(Frozen):
     """Where the cross-call state lives: ``memory`` (this process) or ``redis://host:port/db``.
 
     ``state: redis://...`` is short for ``state: {url: redis://...}``.
@@ -80,7 +78,7 @@ class StateSettings(_Model):
         return self.url != "memory"
 
 
-class CircuitSettings(_Model):
+class CircuitSettings(Frozen):
     """Per operation, opt-in: after ``failures`` consecutive unreachable, timed-out or
     overloaded answers, answer at once for ``open_s`` seconds (or the upstream's longer
     ``Retry-After``)."""

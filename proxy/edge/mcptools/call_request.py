@@ -18,9 +18,9 @@ from urllib.parse import quote, urlencode
 
 import orjson
 
-from proxy.edge.mcptools.tools import ToolSpec
+from proxy.edge.mcptools.tools import Argument, ToolSpec
 from proxy.policy.openapi.spec import Mount, Spec
-from proxy.policy.openapi.validate import Violation, echo
+from proxy.policy.openapi.violations import Violation, echo
 
 #: What a missing path parameter is sent as, so the path still names the operation; the
 #: request never leaves mend (the missing parameter is a violation).
@@ -50,8 +50,38 @@ def http_call(tool: ToolSpec, arguments: Any, spec: Spec, mount: Mount) -> HttpC
         )
 
 
+@dataclass
+class _Parts:
+    """What the arguments fill in of the request, as each is placed."""
+
+    violations: list[Violation]
+    path_values: dict[str, str] = field(default_factory=dict)
+    query: list[tuple[str, str]] = field(default_factory=list)
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: dict[str, Any] = field(default_factory=dict)
+    whole: Any = None
+
+
 def _http_call(tool: ToolSpec, arguments: Any, spec: Spec, mount: Mount) -> HttpCall:
     operation = tool.operation
+    known, violations = _arguments(tool, arguments)
+    parts = _Parts(violations)
+    for argument in tool.arguments:
+        _place(parts, argument, known.get(argument.name), tool)
+    path = operation.path
+    for key, text in parts.path_values.items():
+        path = path.replace("{" + key + "}", text)
+    target = spec.agent_path(path, mount)
+    if parts.query:
+        target += "?" + urlencode(parts.query, quote_via=quote)
+    payload = _body(tool, parts.body, parts.whole)
+    if payload is not None:
+        parts.headers.append(("Content-Type", "application/json"))
+    return HttpCall(operation.method, target, parts.headers, payload, parts.violations)
+
+
+def _arguments(tool: ToolSpec, arguments: Any) -> tuple[Mapping[Any, Any], list[Violation]]:
+    """The arguments as a mapping, and a violation for what is not one or not ``tool``'s."""
     violations: list[Violation] = []
     if arguments is None:
         arguments = {}
@@ -68,49 +98,44 @@ def _http_call(tool: ToolSpec, arguments: Any, spec: Spec, mount: Mount) -> Http
             violations.append(
                 Violation(f"/{name}", "argument", reason, echo(arguments[name]), allowed, None)
             )
-    path_values: dict[str, str] = {}
-    query: list[tuple[str, str]] = []
-    headers: list[tuple[str, str]] = []
-    body: dict[str, Any] = {}
-    whole: Any = None
-    for argument in tool.arguments:
-        value = arguments.get(argument.name)
-        if argument.location == "path":
-            if value is None:
-                reason = "is a required path parameter"
-                violations.append(Violation(f"/{argument.key}", "path", reason, None, None, None))
-                path_values[argument.key] = PLACEHOLDER
-            elif _text(value) in ("", ".", ".."):  # no segment, or one that moves the path
-                reason = "must be a path segment: not empty, not . or .."
-                violations.append(Violation(f"/{argument.key}", "path", reason, value, None, None))
-                path_values[argument.key] = PLACEHOLDER
-            else:
-                path_values[argument.key] = quote(_text(value), safe="")
-        elif value is None:
-            continue
-        elif argument.location == "query":
-            query.extend(_query(argument.key, value, tool))
-        elif argument.location == "header":
-            text = _text(value)
-            if len(text) > MAX_HEADER or any(ord(c) < 32 and c != "\t" for c in text):
-                reason = "must be a header value: one line, at most 8192 characters"
-                violations.append(Violation(f"/{argument.key}", "header", reason, None, None, None))
-            else:
-                headers.append((argument.key, text))
-        elif argument.key:
-            body[argument.key] = value
+    return arguments, violations
+
+
+def _place(parts: _Parts, argument: Argument, value: Any, tool: ToolSpec) -> None:
+    """One argument's value where its operation takes it: path, query, header or body."""
+    if argument.location == "path":
+        parts.path_values[argument.key] = _segment(argument, value, parts.violations)
+    elif value is None:
+        return
+    elif argument.location == "query":
+        parts.query.extend(_query(argument.key, value, tool))
+    elif argument.location == "header":
+        text = _text(value)
+        if len(text) > MAX_HEADER or any(ord(c) < 32 and c != "\t" for c in text):
+            reason = "must be a header value: one line, at most 8192 characters"
+            parts.violations.append(
+                Violation(f"/{argument.key}", "header", reason, None, None, None)
+            )
         else:
-            whole = value
-    path = operation.path
-    for key, text in path_values.items():
-        path = path.replace("{" + key + "}", text)
-    target = spec.agent_path(path, mount)
-    if query:
-        target += "?" + urlencode(query, quote_via=quote)
-    payload = _body(tool, body, whole)
-    if payload is not None:
-        headers.append(("Content-Type", "application/json"))
-    return HttpCall(operation.method, target, headers, payload, violations)
+            parts.headers.append((argument.key, text))
+    elif argument.key:
+        parts.body[argument.key] = value
+    else:
+        parts.whole = value
+
+
+def _segment(argument: Argument, value: Any, violations: list[Violation]) -> str:
+    """A path parameter's segment, percent-encoded; ``PLACEHOLDER`` and a violation when the
+    value is missing or would move the path."""
+    if value is None:
+        reason = "is a required path parameter"
+        violations.append(Violation(f"/{argument.key}", "path", reason, None, None, None))
+        return PLACEHOLDER
+    if _text(value) in ("", ".", ".."):  # no segment, or one that moves the path
+        reason = "must be a path segment: not empty, not . or .."
+        violations.append(Violation(f"/{argument.key}", "path", reason, value, None, None))
+        return PLACEHOLDER
+    return quote(_text(value), safe="")
 
 
 def _body(tool: ToolSpec, properties: dict[str, Any], whole: Any) -> bytes | None:

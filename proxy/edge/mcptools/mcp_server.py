@@ -28,13 +28,13 @@ from multidict import CIMultiDict
 from structlog.typing import FilteringBoundLogger
 
 from proxy import __version__
+from proxy.config.route import Route
 from proxy.edge.failures import Refused
 from proxy.edge.mcptools import asgi, internal
 from proxy.edge.openapi_gate import PRESET
 from proxy.observation.request_id import request_id
-from proxy.policy.engine import Loaded
 from proxy.policy.openapi.spec import Mount, Spec
-from proxy.runtime.settings import Route
+from proxy.policy.ruleengine import Loaded
 
 if TYPE_CHECKING:  # the MCP types load with a route's first MCP request, not with mend
     from proxy.edge.mcptools.results import ToolContext
@@ -197,7 +197,7 @@ class ToolServers:
     ) -> tuple[ToolSpec | None, internal.Answer, ToolContext | None, str]:
         """The proxy's answer to the tool's HTTP request (or to its refusal), the route's
         tools, and the request line sent."""
-        from proxy.edge.mcptools.arguments import http_call  # noqa: PLC0415
+        from proxy.edge.mcptools.call_request import http_call  # noqa: PLC0415
         from proxy.edge.mcptools.results import ToolContext  # noqa: PLC0415
 
         found = await self.toolbox(route)
@@ -223,18 +223,10 @@ class ToolServers:
             method, target, body = made.method, made.target, made.body
             state = {PRESET: made.violations}
         line = f"{method} {target.split('?', 1)[0]}"
-        answer = await internal.run(
-            self._handler,
-            method,
-            target,
-            headers,
-            body,
-            remote=request.remote,
-            scheme=request.scheme,
-            host=request.host,
-            limit=MAX_RESULT_BODY,
-            state=state,
+        call = internal.InternalRequest(
+            method, target, headers, body, request.remote, request.scheme, request.host
         )
+        answer = await internal.run(self._handler, call, limit=MAX_RESULT_BODY, state=state)
         return tool, answer, context, line
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from proxy.policy.rulefile import RuleError, parse_yaml, validation_problems
+from proxy.config.yamlfile import RuleError, parse_yaml, validation_problems
 
 CODES = Path(__file__).resolve().parent / "codes.yaml"
 

@@ -19,6 +19,7 @@ from proxy.policy.redaction.detectors import LoadedDetector
 from proxy.policy.redaction.engine import Redactor, Scrubbed
 from proxy.policy.redaction.lines import WS
 from proxy.policy.redaction.sets import DetectorSet
+from proxy.policy.shorten import shortened
 
 #: how much of a long span an explanation shows
 _SHOWN = 200
@@ -26,7 +27,7 @@ _SHOWN = 200
 
 def _short(text: str) -> str:
     text = text.replace("\n", "\\n")
-    return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
+    return shortened(text, _SHOWN)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,10 +14,10 @@ from typing import Any, Protocol
 
 import orjson
 
+from proxy.config.settings import Settings
 from proxy.policy.evaluate import recorded_exchange
 from proxy.policy.openapi.operations import Operation
 from proxy.policy.openapi.spec import Spec
-from proxy.runtime.settings import Settings
 
 #: Operations listed per route (a generated document may have thousands).
 MAX_LISTED = 500
@@ -77,8 +77,8 @@ def operation_codes(engine: Any, settings: Settings) -> list[dict[str, Any]]:
                     headers={"Content-Type": "application/json"} if body else {},
                     method=operation.method,
                     path=operation.path,
-                    route=route.name,
                 )
+                exchange.route = route.name
                 match = ruleset.match(exchange)
                 if match is not None:
                     codes[key] = [match.rule.envelope.spec.code]

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
-import re2
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from proxy.policy.regex import options
+from proxy.config.re2compile import checked
 
 #: a DNS suffix as an operator writes it: ``corp.acme``, ``.corp.acme`` or ``*.corp.acme``
 _SUFFIX = re.compile(
@@ -23,19 +22,10 @@ _SUFFIX = re.compile(
 _HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}$")
 
 
-def compile_re2(pattern: str) -> Any:
-    """``pattern`` compiled by RE2; ``ValueError`` naming it (a ``file:line`` config error)."""
-    try:
-        return re2.compile(pattern, options())
-    except re2.error as exc:
-        detail = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
-        raise ValueError(f"bad regex {pattern!r}: {detail}") from exc
-
-
 def _pattern(pattern: str) -> str:
     if not pattern:
         raise ValueError("an empty pattern would match everywhere")
-    if compile_re2(pattern).search("") is not None:
+    if checked(pattern).search("") is not None:
         raise ValueError(f"{pattern!r} matches the empty string")
     return pattern
 

@@ -1,0 +1,167 @@
+"""Operator configuration: the ``--config`` file and the ``mend run`` flags, validated once."""
+
+from __future__ import annotations
+
+import importlib.resources
+import importlib.util
+import os
+from pathlib import Path
+
+from pydantic import Field, field_validator, model_validator
+
+from proxy.config.crosscall import CircuitSettings, SessionSettings, StateSettings
+from proxy.config.model import Frozen
+from proxy.config.otel import TracingSettings
+from proxy.config.redaction import RedactionSettings
+from proxy.config.route import Route
+from proxy.config.sourcefile import MAX_FILE_BYTES
+
+
+def _packaged_rules() -> Path:
+    """The shipped packs (``*.yaml``) and their test cases (``tests/*.yaml``).
+
+    An installed wheel carries them as package data, ``proxy/rules/``, found here through
+    importlib.resources. A checkout, and an editable install (which imports the checkout), has no
+    ``proxy/rules/``: there they are the top-level ``rules/`` that pyproject.toml maps into the
+    wheel, read in place so that an edited pack needs no reinstall. Packs are read and watched as
+    files: mend runs from an unpacked install (as pip installs a wheel), not from a zip.
+    """
+    installed = importlib.resources.files("proxy") / "rules"
+    if isinstance(installed, Path) and installed.is_dir():
+        return installed
+    return Path(__file__).resolve().parent.parent.parent / "rules"
+
+
+PACKAGED_RULES = _packaged_rules()
+
+
+def parse_hostport(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{value!r} is not HOST:PORT")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+class Settings(Frozen):
+    listen: str = "127.0.0.1:8080"
+    admin_listen: str = "127.0.0.1:9464"
+    rules: tuple[Path, ...] = ()
+    default_packs: bool = True
+    disabled_packs: tuple[str, ...] = ()
+    routes: tuple[Route, ...] = Field(min_length=1)
+    public_url: str | None = None
+    retry_after_default_ms: int = Field(1000, ge=0)
+    retry_after_max_ms: int = Field(3_600_000, ge=0)
+    error_body_max_bytes: int = Field(1 << 20, gt=0)
+    decompressed_max_bytes: int = Field(8 << 20, gt=0)
+    success_peek_bytes: int = Field(8 << 10, gt=0)
+    request_body_max_bytes: int | None = Field(None, gt=0)
+    response_body_max_bytes: int | None = Field(None, gt=0)
+    watch_rules: bool = True
+    #: the largest rule, detector (and config) file mend reads; a larger one is refused
+    max_file_bytes: int = Field(MAX_FILE_BYTES, gt=0, le=1 << 30)
+    workers: int = Field(1, ge=1)
+    # --- agent connections: every wait bounded, every table capped (README "Limits") ---------
+    #: seconds for a client to send a whole request head (nginx ``client_header_timeout``)
+    client_header_timeout: float = Field(60.0, gt=0)
+    #: seconds between two reads of a request body (nginx ``client_body_timeout``)
+    client_body_timeout: float = Field(60.0, gt=0)
+    #: bytes/s a request body must average after its first 5 s (Kestrel's
+    #: ``MinRequestBodyDataRate``, 240): a body dripped a byte a second never trips the timeout
+    #: above. None: no minimum.
+    client_body_min_rate: int | None = Field(240, gt=0)
+    #: seconds an idle keep-alive connection stays open (nginx ``keepalive_timeout``)
+    keepalive_timeout: float = Field(75.0, gt=0)
+    #: open agent connections per process; past it, a 503 envelope and the connection closed
+    max_connections: int = Field(4096, gt=0)
+    #: open connections per client address (None: no per-client limit)
+    max_connections_per_client: int | None = Field(None, gt=0)
+    #: bytes of a request line (Envoy: 60 KiB of request headers, request line included)
+    max_request_line: int = Field(64 << 10, ge=1024)
+    #: bytes of one request header field
+    max_header_size: int = Field(64 << 10, ge=1024)
+    #: request header fields (Envoy's ``max_headers_count``, 100)
+    max_headers: int = Field(100, ge=8)
+    #: 1xx interim responses an upstream may send before its final response
+    max_interim_responses: int = Field(8, ge=1)
+    #: seconds to finish requests in flight after SIGTERM, all workers together
+    shutdown_timeout: float = Field(25.0, gt=0)
+    #: bearer token for mutating admin endpoints (POST /-/reload); MEND_ADMIN_TOKEN sets it too
+    admin_token: str | None = Field(
+        default_factory=lambda: os.environ.get("MEND_ADMIN_TOKEN") or None, min_length=16
+    )
+    # --- TLS for agents and the admin port (``proxy/edge/tls.py``); reloaded with the rules
+    # --------
+    #: PEM certificate (chain) served on the agent port; its key in ``tls_key`` or the same file
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    #: the same for the admin port
+    admin_tls_cert: Path | None = None
+    admin_tls_key: Path | None = None
+    #: what redaction adds for every route: secrets, internal names, words never shown, allowed
+    #: ids, detector files (``proxy/config/redaction.py``); reloaded with the rules
+    redaction: RedactionSettings = RedactionSettings()
+    # --- the cross-call view (``proxy/policy/crosscall``, CONTRACT §7)
+    # -------------------------------
+    #: how sessions are told apart, and when a repeat is a loop
+    session: SessionSettings = Field(default_factory=SessionSettings)
+    #: ``memory`` or ``redis://host:port/db`` (``--state``), and how long to wait for it
+    state: StateSettings = StateSettings()
+    #: each route's circuit breaker
+    circuit: CircuitSettings = CircuitSettings()
+    #: OpenTelemetry traces over OTLP (``proxy/observation/tracing.py``); the ``OTEL_*`` variables
+    #: fill it
+    tracing: TracingSettings = TracingSettings()
+
+    @field_validator("listen", "admin_listen")
+    @classmethod
+    def _hostport(cls, value: str) -> str:
+        parse_hostport(value)
+        return value
+
+    @model_validator(mode="after")
+    def _keys_need_certs(self) -> Settings:
+        for prefix in ("", "admin_"):
+            if getattr(self, f"{prefix}tls_key") and not getattr(self, f"{prefix}tls_cert"):
+                raise ValueError(f"{prefix}tls_key needs {prefix}tls_cert (the certificate)")
+        return self
+
+    def rule_paths(self) -> list[Path]:
+        """Operator files first (their rules win), then the shipped packs."""
+        return [*self.rules, *([PACKAGED_RULES] if self.default_packs else [])]
+
+
+#: Settings a running mend cannot change: the listeners, the process model and what each agent
+#: connection is opened with are set up once. A reload that changes one names it in the log
+#: (``config_restart_needed``) and keeps the value in force; every other setting applies at once.
+RESTART_SETTINGS = (
+    "listen",
+    "admin_listen",
+    "workers",
+    "max_connections",
+    "max_connections_per_client",
+    "client_header_timeout",
+    "keepalive_timeout",
+    "max_request_line",
+    "max_header_size",
+    "max_headers",
+    "shutdown_timeout",
+    "watch_rules",
+    "admin_token",
+    # the cross-call view's store, session keys and circuits are built once, at start
+    "session",
+    "state",
+    "circuit",
+    # each process makes its tracer once, at start
+    "tracing",
+)
+
+
+def needs_restart(running: Settings, loaded: Settings) -> list[str]:
+    """The settings ``loaded`` changes that only a restart applies. A listener's certificate
+    files may move on reload, but one cannot start or stop serving TLS."""
+    changed = [key for key in RESTART_SETTINGS if getattr(running, key) != getattr(loaded, key)]
+    for key in ("tls_cert", "admin_tls_cert"):
+        if (getattr(running, key) is None) != (getattr(loaded, key) is None):
+            changed.append(key)
+    return changed

@@ -1,0 +1,11 @@
+"""The one truncation: a text cut to a length, its last character an ellipsis when it was cut."""
+
+from __future__ import annotations
+
+#: What replaces the cut-off end (one character, so ``limit`` is the length shown).
+ELLIPSIS = "\u2026"
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text`` when it has at most ``limit`` characters, else its first ``limit - 1`` and ``…``."""
+    return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS

@@ -33,9 +33,8 @@ from proxy.policy.crosscall.view import CrossCall
 from proxy.policy.evaluate import answer_exchange
 from proxy.policy.exchange import NOT_JSON
 from proxy.policy.negotiation import Negotiator
-from proxy.policy.protocols.base import Call, Inspection
+from proxy.policy.protocols.base import Inspection
 from proxy.policy.protocols.detect import Detector
-from proxy.policy.protocols.graphql import RESPONSE_TYPE as GRAPHQL_RESPONSE
 from proxy.policy.protocols.sse import EventRewriter
 from proxy.policy.retry_safety import RetrySafety
 from proxy.policy.ruleengine import RuleStore
@@ -46,6 +45,7 @@ from proxy.runtime.envelope_steps import Count, Enrich, Reply, Review, Step
 from proxy.runtime.events import EventStream, lists_tools
 from proxy.runtime.flow import GENERATION, Flow
 from proxy.runtime.generation import Generation, Generations, unverified
+from proxy.runtime.inspection import bare_call, classify
 from proxy.runtime.own_failures import OwnFailures, judge
 from proxy.runtime.record import Recorder
 from proxy.runtime.websockets import WebSockets
@@ -219,7 +219,7 @@ class Proxy:
             # successes stream through untouched unless the route or the agent's protocol
             # inspects them; a stream (SSE, NDJSON, any body without a length) is never held,
             # and an MCP event stream is rewritten event by event as it arrives
-            inspection = self._classify(flow, ruleset)
+            inspection = classify(flow, ruleset, self.detector)
             call = flow.call
             if inspection is Inspection.EVENTS and call is not None and call.protocol:
                 events = EventStream(flow, ruleset, self.review, self.count, self.own)
@@ -230,40 +230,6 @@ class Proxy:
                 await self._read(flow, ruleset)
         finally:
             upstream.release()
-
-    def _classify(self, flow: Flow, ruleset: RuleSet) -> Inspection:
-        """Stream a response, read it, or rewrite its events; the call whose protocol said so
-        is made here when only the response names its protocol."""
-        upstream, request, call = flow.upstream, flow.request, flow.call
-        assert upstream is not None
-        assert flow.runtime is not None
-        status = upstream.status
-        if status >= 400:
-            return Inspection.DOCUMENT if ruleset.inspects(status) else Inspection.NONE
-        content_type = upstream.content_type
-        if 200 <= status < 300 and status != 204 and request.method != "HEAD":
-            if (
-                call is None
-                and content_type == GRAPHQL_RESPONSE
-                and flow.runtime.route.protocol is not ProtocolName.HTTP
-            ):
-                call = flow.call = self._bare_call(request)
-            protocol = self.detector.for_response(call, content_type, NOT_JSON) if call else None
-            if call is not None and protocol is not None:
-                wanted = protocol.inspects(call, content_type)
-                if wanted is not Inspection.NONE:
-                    return wanted
-        if ruleset.inspects(status) and not relay.is_stream(upstream):
-            return Inspection.DOCUMENT
-        return Inspection.NONE
-
-    def _bare_call(self, request: web.BaseRequest) -> Call:
-        """A call for a request nothing marked, for a response that names its own protocol."""
-        return self.detector.make(
-            method=request.method,
-            query_string=request.query_string,
-            accept=request.headers.get("Accept", ""),
-        )
 
     async def _read(self, flow: Flow, ruleset: RuleSet) -> None:
         """A response read (a REST success only to a peek; an error or a protocol answer to the
@@ -317,7 +283,7 @@ class Proxy:
         exchange.text, exchange.json, exchange.truncated = body.text, body.json, body.truncated
         call = flow.call
         if call is None and route.protocol is not ProtocolName.HTTP and upstream.status >= 400:
-            call = flow.call = self._bare_call(flow.request)  # an error may say what it is
+            call = flow.call = bare_call(self.detector, flow.request)  # an error may say what
         if exchange.status in (502, 504):  # a gateway's: the request may have taken effect
             judge(self.retry_safety, flow, exchange, with_call=False)
         redactor, options = flow.redactor(), flow.options()

@@ -39,13 +39,12 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from proxy import __version__
-from proxy.config.choices import ProtocolName
+from proxy.observation.span_names import ATTRIBUTE_MAX, protocol_attributes
 from proxy.observation.tracing import TraceConfig
 from proxy.policy.envelope import Envelope, Severity
 from proxy.policy.exchange import Exchange
 from proxy.policy.protocols.base import Call, replayed
-from proxy.policy.protocols.graphql import GraphQL
-from proxy.policy.protocols.jsonrpc import NO_ID, JsonRpc
+from proxy.policy.protocols.jsonrpc import JsonRpc
 
 if TYPE_CHECKING:  # the span reads a route's facts; the runtime that holds them is above
     from proxy.runtime.generation import RouteRuntime
@@ -61,8 +60,6 @@ FLUSH_TIMEOUT_S = 5.0
 #: Characters of a ``_meta.traceparent`` / ``tracestate`` read from a body (the propagator's caps).
 _TRACEPARENT_MAX = 512
 _TRACESTATE_MAX = 8192
-#: Characters of an attribute taken from the agent's request (a tool name, an operation name).
-_ATTRIBUTE_MAX = 256
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
@@ -156,10 +153,6 @@ class Tracer:
 def _parent_id(context: Context) -> int | None:
     found = otel.get_current_span(context).get_span_context()
     return found.trace_id if found.is_valid else None
-
-
-def _clip(value: str) -> str:
-    return value[:_ATTRIBUTE_MAX]
 
 
 class RequestTrace:
@@ -315,7 +308,7 @@ class RequestTrace:
             name = f"{self.method} {self.http_route}"
         if exchange.status is not None:
             attributes["mend.upstream_status"] = exchange.status
-        protocol_name = _protocol(self.call, self.session, self.version, attributes)
+        protocol_name = protocol_attributes(self.call, self.session, self.version, attributes)
         if protocol_name is not None:
             name = protocol_name
         span.update_name(name)
@@ -325,7 +318,7 @@ class RequestTrace:
             attributes["mend.action"] = envelope.action.value
             if envelope.severity is not Severity.INFO:
                 attributes["error.type"] = envelope.code
-                span.set_status(Status(StatusCode.ERROR, envelope.message[:_ATTRIBUTE_MAX]))
+                span.set_status(Status(StatusCode.ERROR, envelope.message[:ATTRIBUTE_MAX]))
         elif status >= 500:
             attributes["error.type"] = str(status)
             span.set_status(Status(StatusCode.ERROR))
@@ -372,54 +365,3 @@ def _meta_carrier(call: Call) -> dict[str, str] | None:
     if isinstance(state, str) and len(state) <= _TRACESTATE_MAX:
         carrier["tracestate"] = state
     return carrier
-
-
-def _protocol(
-    call: Call | None, session: str | None, version: str | None, attributes: dict[str, Any]
-) -> str | None:
-    """The span name and attributes the agent's protocol gives (MCP, JSON-RPC, GraphQL)."""
-    protocol = call.protocol if call is not None else None
-    if call is None or protocol is None:
-        return None
-    if isinstance(protocol, JsonRpc):
-        return _jsonrpc(protocol, call, session, version, attributes)
-    if isinstance(protocol, GraphQL):
-        found = protocol.request(call)
-        if found is None or not found.operation_name:
-            return None
-        operation = _clip(found.operation_name)
-        attributes["graphql.operation.name"] = operation
-        return operation
-    return None
-
-
-def _jsonrpc(
-    protocol: JsonRpc,
-    call: Call,
-    session: str | None,
-    version: str | None,
-    attributes: dict[str, Any],
-) -> str | None:
-    """A JSON-RPC call's span name and attributes; MCP's conventions for an MCP one."""
-    rpc = protocol.request(call)
-    single = rpc.single if rpc is not None else None
-    if single is None:
-        return None
-    method = _clip(single.method)
-    if single.id is not NO_ID and single.id is not None:
-        attributes["jsonrpc.request.id"] = _clip(str(single.id))
-    if protocol.name is not ProtocolName.MCP:
-        attributes["rpc.system"] = "jsonrpc"
-        attributes["rpc.method"] = method
-        return method
-    attributes["mcp.method.name"] = method
-    if session is not None:
-        attributes["mcp.session.id"] = _clip(session)
-    if version is not None:
-        attributes["mcp.protocol.version"] = _clip(version)
-    tool = single.tool
-    if tool is None:
-        return method
-    attributes["gen_ai.tool.name"] = _clip(tool)
-    attributes["gen_ai.operation.name"] = "execute_tool"
-    return f"{method} {_clip(tool)}"

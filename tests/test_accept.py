@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from proxy.config.choices import Rendering
+from proxy.edge.catalog import wants_html
 from proxy.policy.accept import MAX_RANGES, MediaRange, media_ranges
 from proxy.policy.negotiation import negotiate
-from proxy.tools.catalog import wants_html
 
 #: Tricky headers (q-values, wildcards, parameters, quoted commas, case, equal q) and what each
 #: caller chose from them before the two parsers became one: the catalog's HTML-or-JSON, and

@@ -17,12 +17,12 @@ from prometheus_client import CollectorRegistry
 
 from proxy.config.route import Route
 from proxy.config.settings import Settings
+from proxy.edge.catalog import wants_html
 from proxy.observation.logs import make_logger
 from proxy.policy.ruleengine import Engine, RuleStore
 from proxy.policy.shared_codes import load_codes
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import create_app
-from proxy.tools.catalog import wants_html
 from tests.conftest import MendTestServer, StartMend, StartUpstream
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
@@ -193,7 +193,7 @@ async def test_a_reload_builds_the_catalog_before_anyone_asks(
     def built_on_request(*_: Any, **__: Any) -> Any:
         raise AssertionError("catalog built on a request")
 
-    monkeypatch.setattr("proxy.tools.catalog.entries", built_on_request)
+    monkeypatch.setattr("proxy.edge.catalog.entries", built_on_request)
     entry = await get_json(catalog, "/_mend/errors/TEAPOT")
     assert entry["rules"][0]["id"] == "orders.teapot"
 
@@ -231,7 +231,7 @@ async def test_a_catalog_that_fails_to_build_does_not_fail_the_reload(
     def broken(*_: Any, **__: Any) -> Any:
         raise RuntimeError("catalog bug")
 
-    monkeypatch.setattr("proxy.tools.catalog.entries", broken)
+    monkeypatch.setattr("proxy.edge.catalog.entries", broken)
     engine = store.reload()
     assert store.engine is engine
     assert any(rule.id == "orders.teapot" for rule in engine.rules)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from proxy.tools.catalog import example_envelope
+from proxy.edge.catalog import example_envelope
 from tests.test_packs import ENGINES, _run
 
 

@@ -4,7 +4,7 @@ A malformed range is skipped, never an error (a client is better served by some 
 406); a bare ``*`` (old Java clients) is ``*/*``; ``q`` outside 0..1 makes its range malformed; a
 parameter after ``q`` is an accept-ext and means nothing here. At most ``MAX_RANGES`` ranges are
 read, which bounds the work one hostile header can cause. The envelope's renderings
-(``render.py``) and the error catalog's HTML or JSON (``proxy/tools/catalog.py``) choose from these.
+(``render.py``) and the error catalog's HTML or JSON (``proxy/edge/catalog.py``) choose from these.
 """
 
 from __future__ import annotations

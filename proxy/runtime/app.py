@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
 
 from proxy.config.settings import Settings
+from proxy.edge.catalog import BASE as CATALOG_BASE
+from proxy.edge.catalog import Catalog, catalog_pages
 from proxy.edge.connection import AgentServer
 from proxy.edge.mcptools.mcp_server import ToolServers
 from proxy.observation.logs import make_logger
@@ -23,8 +25,6 @@ from proxy.policy.crosscall.view import CrossCall
 from proxy.policy.protocols.detect import Detector, default_protocols
 from proxy.policy.ruleengine import Engine, RuleStore
 from proxy.runtime.proxy import SESSION_PATH, Proxy
-from proxy.tools.catalog import BASE as CATALOG_BASE
-from proxy.tools.catalog import Catalog, catalog_pages
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is on (proxy/observation/tracing.py)
     from proxy.observation.traces import Tracer

@@ -183,7 +183,7 @@ def test_fast_info_line_is_the_chains_line(
     fields: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A request's ``info`` line skips structlog's chain and is the same text, byte for byte."""
-    monkeypatch.setattr(logs.time, "time", lambda: 1_764_230_400.123456)
+    monkeypatch.setattr("proxy.observation.logs.time.time", lambda: 1_764_230_400.123456)
     fast, chain = io.StringIO(), io.StringIO()
     make_logger(fast).info("request", **fields)
     _chain_logger(chain).info("request", **fields)

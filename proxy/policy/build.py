@@ -15,7 +15,7 @@ from typing import Any
 
 from proxy.policy import constraints
 from proxy.policy import upstream_detail as detail
-from proxy.policy.envelope import Action, Category, Envelope, InvalidField, Severity
+from proxy.policy.envelope import Action, Category, Envelope, InvalidField, Severity, made
 from proxy.policy.exchange import Exchange
 from proxy.policy.pointer import to_pointer
 from proxy.policy.protocols import arguments
@@ -420,29 +420,33 @@ def build(
             operation, tool=exchange.tool is not None, destructive=exchange.destructive
         )
 
-    return Envelope(
-        code=spec.code,
-        message=message,
-        category=spec.category,
-        severity=compiled.severity,
-        retryable=retryable,
-        retry_after_ms=wait,
-        action=action,
-        hint=hint,
-        steps=tuple(steps),
-        field=field_pointer,
-        invalid_fields=tuple(invalid),
-        allowed_values=allowed,
-        suggested_value=suggested,
-        next_operation=next_operation,
-        next_operation_args=args,
-        related_codes=tuple(spec.related_codes),
-        upstream_detail=_upstream_detail(spec, exchange, scrub),
-        docs_url=f"{options.docs_base_url}/_mend/errors/{spec.code}",
-        request_id=exchange.request_id,
-        upstream_status=exchange.status,
-        rule=rule_id,
-        applied=exchange.applied,
+    # every field is mend's own, of its declared type: made, not validated again (issue 29)
+    return made(
+        Envelope,
+        {
+            "code": spec.code,
+            "message": message,
+            "category": spec.category,
+            "severity": compiled.severity,
+            "retryable": retryable,
+            "retry_after_ms": wait,
+            "action": action,
+            "hint": hint,
+            "steps": tuple(steps),
+            "field": field_pointer,
+            "invalid_fields": tuple(invalid),
+            "allowed_values": allowed,
+            "suggested_value": suggested,
+            "next_operation": next_operation,
+            "next_operation_args": args,
+            "related_codes": tuple(spec.related_codes),
+            "upstream_detail": _upstream_detail(spec, exchange, scrub),
+            "docs_url": f"{options.docs_base_url}/_mend/errors/{spec.code}",
+            "request_id": exchange.request_id,
+            "upstream_status": exchange.status,
+            "rule": rule_id,
+            "applied": exchange.applied,
+        },
     )
 
 
@@ -490,11 +494,14 @@ def _invalid_field(
         allowed = constraints.normalise(allowed, received)
     elif context is not None and not isinstance(context, dict):
         allowed = context  # a rule that names the allowed values directly
-    return InvalidField(
-        field=_scrub_pointer(pointer, scrub),
-        reason=reason_text,
-        received=scrub_value(received, scrub),
-        allowed_values=scrub_value(allowed, scrub),
+    return made(
+        InvalidField,
+        {
+            "field": _scrub_pointer(pointer, scrub),
+            "reason": reason_text,
+            "received": scrub_value(received, scrub),
+            "allowed_values": scrub_value(allowed, scrub),
+        },
     )
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
+from proxy.policy import build
 from proxy.policy.build import BuildOptions, upstream_message
 from proxy.policy.evaluate import evaluate, recorded_exchange
 from proxy.policy.redaction import Redactor
@@ -208,3 +210,13 @@ def test_a_hint_never_cites_a_null_field() -> None:
     assert env.allowed_values is None
     assert "allowed_values" not in env.hint
     assert not any("allowed_values" in step for step in env.steps)
+
+
+def test_single_line_folds_exactly_the_whitespace_a_regex_folds() -> None:
+    """Every character ``\\s`` matches (and no other) folds into one space, ends stripped."""
+    spaces = [chr(c) for c in range(0x3100) if chr(c).isspace()] + ["\u3000"]
+    text = "".join(f"{s}w{n}{s}{s}" for n, s in enumerate(spaces)) + "\u200b end\xa0"
+    expected = re.sub(r"\s+", " ", text).strip()
+    assert build._single_line(text, 10_000) == expected
+    assert build._single_line(" a \n\t b ", 500) == "a b"
+    assert build._single_line("x" * 600) == "x" * 499 + "…"

@@ -64,7 +64,6 @@ _AMBIGUOUS_STATUSES = frozenset({502, 504})
 _WARN = (
     "The first attempt may already have taken effect: check its outcome before sending it again."
 )
-_WS = re.compile(r"\s+")
 
 
 def _compile_optional(value: str | None) -> Template | str | None:
@@ -246,7 +245,8 @@ class Lookup:
 
 
 def _single_line(text: Any, limit: int = 500) -> str:
-    value = _WS.sub(" ", str(text)).strip()
+    # str.split() and re's \s both split at str.isspace(): the same as \s+ -> " " and a strip
+    value = " ".join(str(text).split())
     return value if len(value) <= limit else value[: limit - 1].rstrip() + "…"
 
 

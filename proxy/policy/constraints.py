@@ -114,8 +114,30 @@ def _between(reason: str, found: dict[str, Any]) -> None:
     found.setdefault(keys[1], high)
 
 
+#: ``from_reason`` answers remembered by message (validation messages repeat); past this many
+#: the table starts again, and a longer message is read every time.
+REASONS_MAX = 2048
+_REASON_KEY_MAX = 1024
+_REASONS: dict[str, dict[str, Any] | None] = {}
+
+
 def from_reason(reason: str) -> dict[str, Any] | None:
-    """Allowed values named by a human-readable validation message, or ``None``."""
+    """Allowed values named by a human-readable validation message, or ``None``; each message is
+    read once (``REASONS_MAX``), and every caller gets its own copy."""
+    if len(reason) > _REASON_KEY_MAX:
+        return _from_reason(reason)
+    try:
+        found = _REASONS[reason]
+    except KeyError:
+        found = _REASONS[reason] = _from_reason(reason)
+        if len(_REASONS) > REASONS_MAX:
+            _REASONS.clear()
+    if found is None:
+        return None
+    return {k: list(v) if isinstance(v, list) else v for k, v in found.items()}
+
+
+def _from_reason(reason: str) -> dict[str, Any] | None:
     # One line of at most _REASON_LIMIT characters, as build passes it anyway: the patterns are
     # re (lookarounds, a backreference), and _ENUM (.+$ before a newline) and _ENUM_END (\s*
     # over a run of spaces) take time quadratic in longer or multi-line text.

@@ -8,7 +8,6 @@ redactor. The Envelope model then checks the invariants.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any

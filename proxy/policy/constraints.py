@@ -172,7 +172,7 @@ def from_context(ctx: Any) -> dict[str, Any] | None:
         mapped = _CTX_KEYS.get(key)
         if mapped == "enum" and isinstance(value, str):
             out["enum"] = _enum_values(value)
-        elif mapped and isinstance(value, int | float | str):
+        elif mapped and isinstance(value, (int, float, str)):
             out[mapped] = value
     return out or None
 
@@ -207,14 +207,14 @@ def suggest(allowed: dict[str, Any] | None, received: Any = None) -> Any:
                 return close[0]
         return enum[0]
     low, high = allowed.get("minimum"), allowed.get("maximum")
-    if isinstance(received, int | float) and not isinstance(received, bool):
-        if isinstance(low, int | float) and received < low:
+    if isinstance(received, (int, float)) and not isinstance(received, bool):
+        if isinstance(low, (int, float)) and received < low:
             return low
-        if isinstance(high, int | float) and received > high:
+        if isinstance(high, (int, float)) and received > high:
             return high
         return None
-    if isinstance(low, int | float):
+    if isinstance(low, (int, float)):
         return low
-    if isinstance(high, int | float):
+    if isinstance(high, (int, float)):
         return high
     return None

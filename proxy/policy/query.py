@@ -46,8 +46,12 @@ def _is_false(value: Any) -> bool:
     return value in ("", [], {}) or value is None or value is False
 
 
+#: ``isinstance``'s tuple, made once: ``int | float`` builds a new union at every call
+_NUMBERS = (int, float)
+
+
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, _NUMBERS) and not isinstance(value, bool)
 
 
 def json_equals(left: Any, right: Any) -> bool:
@@ -68,7 +72,7 @@ def _type_name(value: Any) -> str:
         return "array"
     if isinstance(value, dict):
         return "object"
-    if isinstance(value, int | float):
+    if isinstance(value, _NUMBERS):
         return "number"
     return "null"
 

@@ -115,7 +115,7 @@ def structured(document: Any, status: int | None = None) -> dict[str, Any] | Non
         if isinstance(value, str):
             if not value.strip() or len(value) > MAX_STRING:
                 continue
-        elif not (value is None or isinstance(value, bool | int | float)) or (
+        elif not (value is None or isinstance(value, (bool, int, float))) or (
             value == status and not isinstance(value, bool)
         ):
             continue

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy.policy import build, upstream_detail
+from proxy.policy import upstream_detail, variables
 from proxy.policy.build import BuildOptions, upstream_message
 from proxy.policy.evaluate import evaluate, recorded_exchange
 from proxy.policy.redaction import Redactor
@@ -218,9 +218,9 @@ def test_single_line_folds_exactly_the_whitespace_a_regex_folds() -> None:
     spaces = [chr(c) for c in range(0x3100) if chr(c).isspace()] + ["\u3000"]
     text = "".join(f"{s}w{n}{s}{s}" for n, s in enumerate(spaces)) + "\u200b end\xa0"
     expected = re.sub(r"\s+", " ", text).strip()
-    assert build._single_line(text, 10_000) == expected
-    assert build._single_line(" a \n\t b ", 500) == "a b"
-    assert build._single_line("x" * 600) == "x" * 499 + "…"
+    assert variables.single_line(text, 10_000) == expected
+    assert variables.single_line(" a \n\t b ", 500) == "a b"
+    assert variables.single_line("x" * 600) == "x" * 499 + "…"
 
 
 _INTERNAL_RE2 = linear(

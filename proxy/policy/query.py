@@ -43,7 +43,10 @@ class _TypeMismatch(Exception):
 
 def _is_false(value: Any) -> bool:
     # JMESPath's falsiness, not Python's: 0 is true, empty containers and strings are false
-    return value in ("", [], {}) or value is None or value is False
+    kind = type(value)
+    if kind is str or kind is list or kind is dict:  # JSON's own types: empty is false
+        return not value
+    return value is None or value is False or value in ("", [], {})
 
 
 #: ``isinstance``'s tuple, made once: ``int | float`` builds a new union at every call
@@ -51,7 +54,8 @@ _NUMBERS = (int, float)
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, _NUMBERS) and not isinstance(value, bool)
+    kind = type(value)  # JSON's int and float first; bool is an int, and not a number here
+    return kind is int or kind is float or (kind is not bool and isinstance(value, _NUMBERS))
 
 
 def json_equals(left: Any, right: Any) -> bool:

@@ -150,10 +150,10 @@ def build(
     hint = text(compiled.hint)
     if hint is None or _cites(hint, empty):
         hint = (UNSAID_HINT if unsaid else DEFAULT_HINT[action]).format(**said)
-    steps = _written_steps(
-        render(compiled.steps) if compiled.steps is not None else None, empty
-    ) or _default_steps(action, said, invalid, unsaid=unsaid)
-    hint, steps = _resent(again, retryable, (hint, steps), exchange)
+    written = _written_steps(render(compiled.steps), empty) if compiled.steps is not None else []
+    steps = written or _default_steps(action, said, invalid, unsaid=unsaid)
+    if again is not Resend.SAFE:
+        hint, steps = _resent(again, retryable, (hint, steps), exchange)
 
     # every field is mend's own, of its declared type: made, not validated again (issue 29)
     return made(

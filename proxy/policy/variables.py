@@ -53,23 +53,14 @@ class Lookup:
             return ex.status
         compute = _COMPUTED.get(name)
         if compute is not None:
-            self.extra.update(compute(ex))
-            return self.extra[name]
+            self.extra[name] = value = compute(ex)
+            return value
         return getattr(ex, name, None) if name in _EXCHANGE_VARIABLES else None
 
 
-def _argument(exchange: Exchange) -> dict[str, Any]:
-    argument, value = arguments.named(exchange.arguments, exchange.text) or (None, None)
-    return {"argument": argument, "argument_value": value}
-
-
-#: Variables computed from the exchange once, when a template first names one.
-_COMPUTED: dict[str, Callable[[Exchange], dict[str, Any]]] = {
-    "upstream_message": lambda ex: {"upstream_message": upstream_message(ex)},
-    "tool_message": lambda ex: {"tool_message": tool_message(ex)},
-    "argument": _argument,
-    "argument_value": _argument,
-}
+def _argument(exchange: Exchange) -> tuple[Any, Any]:
+    """The MCP tool argument an error names and its value (``protocols/arguments.py``)."""
+    return arguments.named(exchange.arguments, exchange.text) or (None, None)
 
 
 def single_line(text: Any, limit: int = 500) -> str:
@@ -130,3 +121,12 @@ def upstream_message(exchange: Exchange) -> str | None:
     else:
         message = exchange.text.strip().split("\n", 1)[0] if exchange.text.strip() else None
     return single_line(message) if message else None
+
+
+#: Variables computed from the exchange once, when a template first names one.
+_COMPUTED: dict[str, Callable[[Exchange], Any]] = {
+    "upstream_message": upstream_message,
+    "tool_message": tool_message,
+    "argument": lambda ex: _argument(ex)[0],
+    "argument_value": lambda ex: _argument(ex)[1],
+}

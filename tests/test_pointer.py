@@ -106,5 +106,7 @@ def test_remembered_pointers_are_the_computed_ones_and_capped(
     pointer_module._POINTERS.clear()
     to_pointer("x" * 1000)
     to_pointer(["a", {"b": 1}])
+    to_pointer(["x" * 200, "y" * 100])  # 300 characters in all
+    to_pointer(list(range(20)))  # 20 segments
     to_pointer(["a"], ["body"])  # a list of prefixes: not a key
     assert not pointer_module._POINTERS

@@ -101,7 +101,8 @@ def _path_segments(text: str) -> list[str]:
 #: Pointers remembered by what named them and the prefixes stripped (errors repeat: the same
 #: locations come again and again); past this many the table starts again.
 POINTERS_MAX = 4096
-#: A location of more characters or segments than this is read, not remembered.
+#: A location of more characters than this (or more than a sixteenth as many segments) is read,
+#: not remembered: the table holds a few megabytes at most, whatever upstreams send.
 _KEY_MAX = 256
 _POINTERS: dict[tuple[object, object], str | None] = {}
 
@@ -113,14 +114,17 @@ def _memo_key(value: object) -> object:
     if kind is str and isinstance(value, str):
         return value if len(value) <= _KEY_MAX else None
     if (kind is list or kind is tuple) and isinstance(value, (list, tuple)):
-        if len(value) > _KEY_MAX // 8:
+        if len(value) > _KEY_MAX // 16:
             return None
+        size = 0
         for segment in value:
             # True == 1 and 1 == 1.0 name different fields: only exact str and int are keys
             kind = type(segment)
-            if not (kind is int or (kind is str and len(segment) <= _KEY_MAX // 4)):
+            if kind is str:
+                size += len(segment)
+            elif kind is not int:
                 return None
-        return tuple(value)
+        return tuple(value) if size <= _KEY_MAX else None
     return None
 
 

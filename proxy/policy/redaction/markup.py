@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterable
 from typing import Any
 
 #: a body that is markup (then it is read as text between tags)
@@ -53,22 +54,26 @@ def message_of(document: Any, depth: int = 0) -> str | None:
     if isinstance(document, str):
         return document
     if isinstance(document, list):
-        for item in document[:3]:
-            found = message_of(item, depth + 1)
-            if found:
-                return found
-        return None
+        return _first_message(document[:3], depth + 1)
     if not isinstance(document, dict):
         return None
     by_lower = {str(key).lower(): value for key, value in document.items()}
-    for key in MESSAGE_KEYS:
-        value = by_lower.get(key)
-        if isinstance(value, str) and value.strip():
-            return value
-        if isinstance(value, dict | list):
-            found = message_of(value, depth + 1)
-            if found:
-                return found
+    return _first_message((by_lower.get(key) for key in MESSAGE_KEYS), depth + 1, keyed=True)
+
+
+def _first_message(values: Iterable[Any], depth: int, *, keyed: bool = False) -> str | None:
+    """The first message among ``values`` (a list's items, or an object's message keys in
+    order, where only a non-blank string or a container counts)."""
+    for value in values:
+        if keyed and isinstance(value, str):
+            if value.strip():
+                return value
+            continue
+        if keyed and not isinstance(value, (dict, list)):
+            continue
+        found = message_of(value, depth)
+        if found:
+            return found
     return None
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
+from proxy.policy import upstream_detail, variables
 from proxy.policy.build import BuildOptions, upstream_message
 from proxy.policy.evaluate import evaluate, recorded_exchange
 from proxy.policy.redaction import Redactor
+from proxy.policy.regex import linear
 from proxy.policy.rulefile import load_rule_text
 from proxy.policy.ruleset import Rule, RuleSet
 
@@ -208,3 +211,51 @@ def test_a_hint_never_cites_a_null_field() -> None:
     assert env.allowed_values is None
     assert "allowed_values" not in env.hint
     assert not any("allowed_values" in step for step in env.steps)
+
+
+def test_single_line_folds_exactly_the_whitespace_a_regex_folds() -> None:
+    """Every character ``\\s`` matches (and no other) folds into one space, ends stripped."""
+    spaces = [chr(c) for c in range(0x3100) if chr(c).isspace()] + ["\u3000"]
+    text = "".join(f"{s}w{n}{s}{s}" for n, s in enumerate(spaces)) + "\u200b end\xa0"
+    expected = re.sub(r"\s+", " ", text).strip()
+    assert variables.single_line(text, 10_000) == expected
+    assert variables.single_line(" a \n\t b ", 500) == "a b"
+    assert variables.single_line("x" * 600) == "x" * 499 + "…"
+
+
+_INTERNAL_RE2 = linear(
+    r"(?i)^(?:stack|stacktrace|stack_trace|trace|traceback|backtrace|exception|exc_info|"
+    r"file|filename|line|lineno|sql|query|debug|cause|internal|innererror|inner_error)$"
+)
+_TOKEN_RE2 = linear(r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "stack",
+        "StackTrace",
+        "SQL",
+        "\u017ftack",  # the long s folds to s in RE2
+        "\u212aey",
+        "lineno ",
+        "line\n",
+        "file_name",
+        "inner_error",
+        "INNERERROR",
+        "item_locked",
+        "E_LOCKED",
+        "a" * 64,
+        "a" * 65,
+        "1abc",
+        "abc def",
+        "abc\n",
+        "é",
+        "",
+        "code:v1.2-x",
+    ],
+)
+def test_upstream_detail_names_and_tokens_read_as_re2_read_them(text: str) -> None:
+    """The internal-member names and the bare-token test decide as the RE2 patterns did."""
+    assert upstream_detail._internal(text) is (_INTERNAL_RE2.search(text) is not None)
+    assert upstream_detail.is_token(text) is (_TOKEN_RE2.search(text) is not None)

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from proxy.policy import constraints
 from proxy.policy.constraints import from_context, from_reason, normalise, suggest
 
 
@@ -113,3 +114,23 @@ def test_normalise(allowed: dict[str, Any], received: Any, normalised: dict[str,
 def test_suggest(allowed: dict[str, Any] | None, received: Any, suggested: Any) -> None:
     """The suggestion lies inside the constraint, as close to what was sent as possible."""
     assert suggest(allowed, received) == suggested
+
+
+def test_remembered_reasons_are_fresh_copies_and_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A message read again gives what reading it gives, as a copy the caller may change; the
+    table stays under its cap and an overlong message is never kept."""
+    monkeypatch.setattr(constraints, "REASONS_MAX", 4)
+    constraints._REASONS.clear()
+    reason = "Input should be 'EUR', 'USD' or 'GBP'"
+    first = constraints.from_reason(reason)
+    assert first == constraints._from_reason(reason) == {"enum": ["EUR", "USD", "GBP"]}
+    assert first is not None
+    first["enum"].append("XYZ")
+    first["minimum"] = 1
+    assert constraints.from_reason(reason) == {"enum": ["EUR", "USD", "GBP"]}
+    for n in range(20):
+        assert constraints.from_reason(f"must be at least {n}") == {"minimum": n}
+        assert len(constraints._REASONS) <= 4
+    constraints._REASONS.clear()
+    constraints.from_reason("must be at least 1 " + "x" * 2000)
+    assert not constraints._REASONS

@@ -552,3 +552,79 @@ async def test_circuit_tables_are_capped() -> None:
         await circuits.failed("r", key, "unreachable", None, None)
     assert len(circuits._views) <= circuit.MAX_VIEWS
     assert len(store._circuits) <= memory.MAX_CIRCUITS
+
+
+def _review() -> Any:
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415
+
+    from proxy.observation.logs import make_logger  # noqa: PLC0415
+    from proxy.policy.crosscall.guard import Guard  # noqa: PLC0415
+    from proxy.policy.crosscall.review import Review  # noqa: PLC0415
+
+    registry, log = CollectorRegistry(), make_logger(io.StringIO())
+    settings = SessionSettings(secret="a" * 32)
+    return Review(settings, MemoryStore(), Guard(50, 60, registry, log), load_suggestions())
+
+
+def _built(retryable: bool) -> Any:
+    from proxy.policy.envelope import Action, Category, Envelope, Severity  # noqa: PLC0415
+
+    return Envelope(
+        code="upstream.rate_limited" if retryable else "upstream.validation",
+        message="m",
+        category=Category.RATE_LIMIT if retryable else Category.VALIDATION,
+        severity=Severity.ERROR,
+        retryable=retryable,
+        retry_after_ms=5000 if retryable else None,
+        action=Action.RETRY if retryable else Action.FIX_REQUEST,
+        hint="h",
+        steps=("one", "two"),
+        request_id="req_1",
+        upstream_status=429 if retryable else 422,
+        rule="r",
+    )
+
+
+@pytest.mark.parametrize("retryable", [False, True])
+def test_revise_equals_the_validated_model_copy(retryable: bool) -> None:
+    """``revise`` builds without validation what ``model_copy`` and validation made before:
+    repeat, patterns, escalation or early-retry advice, equal field for field."""
+    from proxy.policy.crosscall.store import Seen  # noqa: PLC0415
+    from proxy.policy.envelope import Envelope, RepeatInfo, SessionPattern  # noqa: PLC0415
+
+    review = _review()
+    envelope = _built(retryable)
+    seen = Seen(4, 1_764_230_400_123, 1_764_230_409_000, {"validation": 3, "rate_limit": 3})
+    revised = review.revise(envelope, seen, 1_764_230_405_000, "POST", "/orders")
+    again = review.revise(envelope, seen, 1_764_230_405_000, "POST", "/orders")
+    assert revised == again
+    update = {
+        k: v for k, v in revised.__dict__.items() if v != envelope.__dict__[k] or k == "repeat"
+    }
+    assert update["repeat"] == RepeatInfo(
+        count=4, window_s=600, first_at="2025-11-27T08:00:00.123Z"
+    )
+    assert all(isinstance(p, SessionPattern) for p in update["session_patterns"])
+    assert {"hint", "steps"} <= update.keys()
+    assert revised == envelope.model_copy(update=update)
+    assert Envelope.model_validate(revised.model_dump()) == revised
+    assert revised.as_dict() == Envelope.model_validate(revised.model_dump()).as_dict()
+
+
+def test_rfc3339_and_patterns_are_remembered_within_caps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A formatted instant and a session's patterns are computed once, and their tables stay
+    under ``MEMO_MAX`` whatever the store returns."""
+    from proxy.policy.crosscall import review as review_module  # noqa: PLC0415
+
+    monkeypatch.setattr(review_module, "MEMO_MAX", 3)
+    monkeypatch.setattr(review_module, "_RFC3339", {})
+    texts = [review_module.rfc3339(1_764_230_400_000 + n) for n in range(10)]
+    assert texts[1] == "2025-11-27T08:00:00.001Z"
+    assert len(review_module._RFC3339) <= 3
+    review = _review()
+    first = review.patterns({"validation": 5})
+    assert review.patterns({"validation": 5}) is first
+    for n in range(10):
+        review.patterns({"validation": n})
+    assert len(review._patterns) <= 3
+    assert review.patterns({"validation": 5}) == first

@@ -8,9 +8,12 @@ import json
 import re
 import threading
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
+import structlog
 
+from proxy.observation import logs
 from proxy.observation.logs import LineWriter, UtcTimestamp, make_logger
 
 
@@ -132,3 +135,75 @@ def test_none_fields_are_left_out(value: str | None) -> None:
     make_logger(out).info("request", code=value)
     line = json.loads(out.getvalue())
     assert ("code" in line) is (value is not None)
+
+
+def _chain_logger(out: io.StringIO) -> Any:
+    """The logger ``make_logger`` made before issue 29: structlog's chain for every line."""
+    return structlog.wrap_logger(
+        LineWriter(out),
+        processors=[
+            structlog.processors.add_log_level,
+            logs._exception_field,
+            UtcTimestamp(),
+            logs._drop_none,
+            structlog.processors.JSONRenderer(serializer=logs._orjson_dumps),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(0),
+    ).bind()
+
+
+class _Odd:
+    def __str__(self) -> str:
+        return "odd value"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {
+            "request_id": "req_1",
+            "route": "default",
+            "method": "GET",
+            "path": "/err500",
+            "status": 500,
+            "outcome": "envelope",
+            "latency_ms": 1.234,
+            "upstream_status": 500,
+            "upstream_ms": 0.5,
+            "code": "upstream.internal",
+            "rule": "spring.internal",
+            "upstream_body": '{"trace": "at a.B(C.java:1)\\n\\tü \\u2028"}',
+        },
+        {"code": None, "rule": "r", "n": 0, "flag": False, "nested": {"a": [1, None]}},
+        {"level": "custom", "timestamp": "earlier", "odd": _Odd(), "tuple": (1, 2)},
+    ],
+)
+def test_fast_info_line_is_the_chains_line(
+    fields: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request's ``info`` line skips structlog's chain and is the same text, byte for byte."""
+    monkeypatch.setattr("proxy.observation.logs.time.time", lambda: 1_764_230_400.123456)
+    fast, chain = io.StringIO(), io.StringIO()
+    make_logger(fast).info("request", **fields)
+    _chain_logger(chain).info("request", **fields)
+    assert fast.getvalue() == chain.getvalue()
+    assert json.loads(fast.getvalue())["timestamp"] == "2025-11-27T08:00:00.123456Z"
+
+
+def test_bound_context_arguments_and_exceptions_take_the_chain() -> None:
+    """What the fast path does not handle still goes through the chain, as before."""
+    out = io.StringIO()
+    log = make_logger(out)
+    log.bind(worker=2).info("bound", code="x")
+    log.info("pid %s", 7)
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        log.info("failed", exc_info=True)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert lines[0]["worker"] == 2
+    assert lines[0]["code"] == "x"
+    assert lines[1]["event"] == "pid 7"
+    assert lines[2]["exception"].startswith("ValueError: boom")
+    assert all(line["level"] == "info" for line in lines)

@@ -14,10 +14,11 @@ import pytest
 import yaml
 
 from proxy.config.settings import PACKAGED_RULES
+from proxy.policy.envelope import Envelope, InvalidField
 from proxy.policy.evaluate import Evaluation
 from proxy.policy.rulefile import load_rules
 from proxy.tools.ruletest.cases import Case, LoadedCase
-from proxy.tools.ruletest.engines import Engines, replay
+from proxy.tools.ruletest.engines import Engines, exchange_for, replay, run_protocol
 from proxy.tools.ruletest.runner import run_case
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,3 +105,49 @@ def test_corpus(entry: dict[str, Any]) -> None:
         assert env.retry_after_ms == expect["retry_after_ms"]
     if "severity" in expect:
         assert env.severity.value == expect["severity"]
+
+
+def _same_as_validated(envelope: Envelope) -> None:
+    """``envelope`` (made without validation) equals pydantic's validation of its own fields."""
+    fields = [InvalidField.model_validate(f.__dict__) for f in envelope.invalid_fields]
+    assert fields == list(envelope.invalid_fields)
+    validated = Envelope.model_validate({**envelope.__dict__, "invalid_fields": fields})
+    assert validated == envelope
+    assert validated.as_dict() == envelope.as_dict()
+
+
+@pytest.mark.parametrize(("file", "case"), _cases())
+def test_case_envelopes_equal_validated_ones(file: Path, case: dict[str, Any]) -> None:
+    """Every envelope ``build`` makes without re-validation for a pack case (each error unit of
+    a protocol answer too) is the model pydantic validates from the same fields."""
+    loaded = Case.model_validate(case)
+    if loaded.response is None:
+        return  # a redaction case: no envelope
+    engine = ENGINES.get(
+        [file.parent / r for r in loaded.rules], loaded.route.success_rules, loaded.redaction
+    )
+    exchange = exchange_for(loaded.request, loaded.response)
+    answered = run_protocol(
+        engine.routes["default"],
+        exchange,
+        loaded.protocol,
+        loaded.request,
+        engine.redactor_for("default"),
+    )
+    for evaluation in answered.evaluations if answered is not None else []:
+        _same_as_validated(evaluation.envelope)
+
+
+@pytest.mark.parametrize("entry", _corpus())
+def test_corpus_envelopes_equal_validated_ones(entry: dict[str, Any]) -> None:
+    """The same for every recorded real-world response of the corpus."""
+    body = (CORPUS / entry["file"]).read_bytes().decode("utf-8", errors="replace")
+    response = {"status": entry["status"], "headers": entry.get("headers") or {}, "body": body}
+    result = _run(
+        response,
+        entry.get("request"),
+        tuple(entry.get("success_rules") or ()),
+        entry.get("protocol", "http"),
+    )
+    if result is not None:
+        _same_as_validated(result.envelope)

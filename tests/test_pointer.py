@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from proxy.policy import pointer as pointer_module
 from proxy.policy.pointer import to_pointer
 
 
@@ -68,3 +71,42 @@ def test_field_named_in_a_sentence(sentence: str, pointer: str) -> None:
 def test_whole_request_is_no_field(location: object) -> None:
     """Locations that name the request as a whole (or nothing) give no pointer."""
     assert to_pointer(location) is None
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ([True], [1]),
+        ([1], [1.0]),
+        ([1], ["1"]),
+        (["body", "qty"], "body.qty"),
+        ("a.b", ["a.b"]),
+    ],
+)
+def test_remembered_pointers_keep_different_locations_apart(first: Any, second: Any) -> None:
+    """Remembering a location never answers for another one that compares equal to it."""
+    pointer_module._POINTERS.clear()
+    expected = pointer_module._to_pointer(second, pointer_module.LOCATION_PREFIXES)
+    to_pointer(first)
+    assert to_pointer(second) == expected
+    assert to_pointer(second) == expected
+
+
+def test_remembered_pointers_are_the_computed_ones_and_capped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A location read again gives the same pointer; the table stays under its cap, and long
+    or unusual locations are not kept at all."""
+    monkeypatch.setattr(pointer_module, "POINTERS_MAX", 8)
+    pointer_module._POINTERS.clear()
+    for n in range(50):
+        value = ["body", "items", n, "qty"]
+        assert to_pointer(value) == to_pointer(tuple(value)) == f"/items/{n}/qty"
+        assert len(pointer_module._POINTERS) <= 8
+    pointer_module._POINTERS.clear()
+    to_pointer("x" * 1000)
+    to_pointer(["a", {"b": 1}])
+    to_pointer(["x" * 200, "y" * 100])  # 300 characters in all
+    to_pointer(list(range(20)))  # 20 segments
+    to_pointer(["a"], ["body"])  # a list of prefixes: not a key
+    assert not pointer_module._POINTERS

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from proxy.policy import gated as gated_module
 from proxy.policy import regex
-from proxy.policy.redaction import KINDS, NEUTRAL, Redactor, Scrubbed, is_internal_header
+from proxy.policy.redaction import KINDS, NEUTRAL, Redactor, Scrubbed, is_internal_header, markup
 from proxy.policy.redaction import engine as redact_module
 
 CORPUS = Path(__file__).parent / "corpus" / "leaks"
@@ -677,3 +677,19 @@ def test_trigger_set_agrees_with_substring_checks(text: str) -> None:
 def test_exception_names_are_not_secret_keys(text: str) -> None:
     """A class name containing "token" or "secret" is not a ``key: value`` pair to mask."""
     assert Redactor().mask(text).text == text
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"error": {"message": "  "}, "detail": "the detail"}, "the detail"),
+        ({"Message": "", "errors": [{"msg": "first"}]}, "first"),
+        ({"errors": ["", "  ", "third", "fourth"]}, "  "),
+        ([[[[[["too deep"]]]]]], None),
+        ({"message": 5, "detail": None}, None),
+        ([1, {"title": "t"}], "t"),
+    ],
+)
+def test_message_of_finds_the_first_message_like_string(document: Any, message: Any) -> None:
+    """A blank string under a message key is skipped; a list's items count as they are."""
+    assert markup.message_of(document) == message

@@ -8,7 +8,7 @@ from the agent's connection to the upstream's.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -121,18 +121,40 @@ class _HeadGuard:
     many as arrive: a storm of them is parsed a whole socket read at a time (~10,000 heads, 0.6 s
     of CPU with the event loop held), and a slow one keeps the request waiting forever. Here the
     head is parsed in slices; past ``limit`` interim responses the response fails before the
-    rest is parsed, and the first one starts ``window_s`` for the final head (``on_interim``).
+    rest is parsed, and the first one starts ``window_s`` for the final head. A response whose
+    first bytes are already a final status line is parsed as it comes, and no timer is set unless
+    an interim response arrives: the guard costs a request only when a 1xx comes (issue 29).
     """
 
-    __slots__ = ("count", "final", "limit", "on_interim", "parser")
+    __slots__ = (
+        "_cancelling",
+        "_expired",
+        "_task",
+        "_timer",
+        "count",
+        "final",
+        "limit",
+        "parser",
+        "window_s",
+    )
 
-    def __init__(self, parser: Any, limit: int, on_interim: Callable[[], None]) -> None:
-        self.parser, self.limit, self.on_interim = parser, limit, on_interim
+    def __init__(self, parser: Any, limit: int, window_s: float) -> None:
+        self.parser, self.limit, self.window_s = parser, limit, window_s
         self.count = 0
         self.final = False
+        #: as ``asyncio.timeout``: the task to cancel, and its cancellations already pending
+        task = asyncio.current_task()
+        self._task = task
+        self._cancelling = task.cancelling() if task is not None else 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._expired = False
 
     def feed_data(self, data: bytes) -> tuple[list[Any], bool, bytes]:
         if self.final:
+            return self.parser.feed_data(data)  # type: ignore[no-any-return]
+        if data[:7] == b"HTTP/1." and len(data) > 9 and data[8] == 0x20 and 0x32 <= data[9] <= 0x39:
+            # "HTTP/1.x 2xx" to "9xx" first: a final head, nothing to slice or time
+            self.final = True
             return self.parser.feed_data(data)  # type: ignore[no-any-return]
         messages: list[Any] = []
         for start in range(0, len(data), _HEAD_SLICE):
@@ -153,11 +175,33 @@ class _HeadGuard:
             if 100 <= message.code < 200 and message.code != 101:
                 self.count += 1
                 if self.count == 1:
-                    self.on_interim()
+                    self._arm()
                 if self.count > self.limit:
                     raise UpstreamProtocolError(f"more than {self.limit} interim (1xx) responses")
             else:
                 self.final = True
+
+    def _arm(self) -> None:
+        """The first interim response: the final head is due within ``window_s``."""
+        if self._task is not None:
+            self._timer = self._task.get_loop().call_later(self.window_s, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self._task is not None:
+            self._expired = True
+            self._task.cancel()
+
+    def settle(self) -> bool:
+        """Stop the timer; whether it fired and the task's cancellation was its own (then the
+        wait timed out, as ``asyncio.timeout`` decides). Only the first call can say so."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._expired or self._task is None:
+            return False
+        self._expired = False
+        return self._task.uncancel() <= self._cancelling
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.parser, name)
@@ -174,17 +218,18 @@ def interim_limited(limit: int, window_s: float) -> type[aiohttp.ClientResponse]
             protocol: Any = connection.protocol
             if protocol is None or getattr(protocol, "_parser", None) is None:
                 return await super().start(connection)
-            async with asyncio.timeout(None) as deadline:
-                loop = asyncio.get_running_loop()
-                guard = _HeadGuard(
-                    protocol._parser, limit, lambda: deadline.reschedule(loop.time() + window_s)
-                )
-                protocol._parser = guard
-                try:
-                    return await super().start(connection)
-                finally:
-                    if protocol._parser is guard:
-                        protocol._parser = guard.parser
+            guard = _HeadGuard(protocol._parser, limit, window_s)
+            protocol._parser = guard
+            try:
+                return await super().start(connection)
+            except asyncio.CancelledError as exc:
+                if guard.settle():
+                    raise TimeoutError from exc
+                raise
+            finally:
+                guard.settle()
+                if protocol._parser is guard:
+                    protocol._parser = guard.parser
 
     return InterimLimitedResponse
 

@@ -3,6 +3,8 @@
 The logger is made per app and passed in, so tests and embedders choose where lines go; nothing
 configures structlog globally. ``route_stdlib_logging`` sends what aiohttp and asyncio log through
 the stdlib ``logging`` module down the same chain, so every line on stdout is one JSON object.
+An ``info`` line with nothing bound and no exception (every request's) skips the chain and is
+rendered by ``JsonLines.info`` to the same bytes (issue 29: 59 k instructions through structlog).
 """
 
 from __future__ import annotations
@@ -136,17 +138,26 @@ class UtcTimestamp:
     """
 
     def __init__(self) -> None:
-        self._second = -1
-        self._prefix = ""
+        #: (the second, its text): one tuple, so a thread never pairs one's second with another's
+        self._second: tuple[int, str] = (-1, "")
 
-    def __call__(self, _: WrappedLogger, __: str, event: EventDict) -> EventDict:
+    def now(self) -> str:
+        """The current time, stamped."""
         now = time.time()
         second = int(now)
-        if second != self._second:
-            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-            self._second = second
-        event["timestamp"] = f"{self._prefix}.{int((now - second) * 1_000_000):06d}Z"
+        cached, prefix = self._second
+        if second != cached:
+            prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = (second, prefix)
+        return f"{prefix}.{int((now - second) * 1_000_000):06d}Z"
+
+    def __call__(self, _: WrappedLogger, __: str, event: EventDict) -> EventDict:
+        event["timestamp"] = self.now()
         return event
+
+
+#: The one stamper of every logger: its cache is per second, not per logger.
+_STAMP = UtcTimestamp()
 
 
 class LineWriter:
@@ -209,6 +220,29 @@ class LineWriter:
     warning = error = critical = exception = fatal = urgent
 
 
+#: structlog's logger class for every level (no filtering), which ``JsonLines`` speeds up.
+_Filtering: Any = structlog.make_filtering_bound_logger(0)
+
+
+class JsonLines(_Filtering):  # type: ignore[misc]
+    """structlog's bound logger with ``make_logger``'s chain, rendering a plain ``info`` itself.
+
+    ``info(event, **fields)`` with no context bound, no ``%`` arguments and no ``exc_info`` (every
+    request's line) makes the line the chain would (``fields``, ``event``, ``level``,
+    ``timestamp``, in that order, ``None`` left out, serialised by orjson with ``default=str``)
+    without its five processor calls and keyword copies; anything else goes down the chain.
+    """
+
+    def info(self, event: str, *args: Any, **kw: Any) -> Any:
+        if args or self._context or "exc_info" in kw:
+            return super().info(event, *args, **kw)
+        kw["event"] = event
+        kw["level"] = "info"
+        kw["timestamp"] = _STAMP.now()
+        line = orjson.dumps({k: v for k, v in kw.items() if v is not None}, default=str)
+        return self._logger.info(line.decode())
+
+
 def make_logger(stream: TextIO | LineWriter | None = None) -> structlog.typing.FilteringBoundLogger:
     """A logger writing JSON lines to ``stream`` (stdout), each flushed at once unless ``stream``
     is a ``LineWriter`` that batches them."""
@@ -219,11 +253,11 @@ def make_logger(stream: TextIO | LineWriter | None = None) -> structlog.typing.F
         processors=[
             structlog.processors.add_log_level,
             _exception_field,
-            UtcTimestamp(),
+            _STAMP,
             _drop_none,
             structlog.processors.JSONRenderer(serializer=_orjson_dumps),
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(0),
+        wrapper_class=JsonLines,
     ).bind()
 
 

@@ -36,6 +36,12 @@ _LATENCY_BUCKETS = (
 )
 _REWRITE_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1)
 _PROCESSING_BUCKETS = (*_REWRITE_BUCKETS, 0.25, 1.0)
+#: Label children kept per metric family (see ``Metrics.envelope``): label values come from the
+#: configuration, so this is never reached in practice; past it the table starts again.
+CHILDREN_MAX = 4096
+
+#: (route, code, category, upstream status, rule, protocol, action, fallback)
+_EnvelopeKey = tuple[str, str, str, str, str, str, str, bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +189,9 @@ class Metrics:
             registry=registry,
         )
         self._routes: dict[str, RouteMetrics] = {}
+        #: ``labels()`` resolved once per label set: it validates and locks on every call
+        self._envelopes: dict[_EnvelopeKey, tuple[Counter, Counter, Counter | None]] = {}
+        self._redactions: dict[str, Counter] = {}
         Gauge(
             "mend_build_info",
             "mend's version.",
@@ -221,19 +230,48 @@ class Metrics:
         """Count one envelope; ``protocol`` is one of the five names of ``ProtocolName``; the
         exemplar names the request and, when it was traced and sampled, its trace."""
         status = str(envelope.upstream_status) if envelope.upstream_status is not None else "none"
+        key = (
+            route,
+            envelope.code,
+            envelope.category,  # a StrEnum: equal to its value, without the enum's property
+            status,
+            envelope.rule,
+            protocol,
+            envelope.action,
+            fallback,
+        )
+        children = self._envelopes.get(key)
+        if children is None:
+            children = self._envelope_children(key)
         exemplar = {"request_id": envelope.request_id[:64]}
         if trace_id is not None:  # 32 hex digits: the labels stay under OpenMetrics' 128
             exemplar["trace_id"] = trace_id
-        self.errors.labels(
-            envelope.code, envelope.category.value, route, status, envelope.rule, protocol
-        ).inc(exemplar=exemplar)
-        self.actions.labels(route, envelope.action.value).inc()
-        if fallback:
-            self.unmatched.labels(route, status).inc()
+        errors, actions, unmatched = children
+        errors.inc(exemplar=exemplar)
+        actions.inc()
+        if unmatched is not None:
+            unmatched.inc()
+
+    def _envelope_children(self, key: _EnvelopeKey) -> tuple[Counter, Counter, Counter | None]:
+        """The children ``envelope`` counts into for one label set, resolved and kept."""
+        route, code, category, status, rule, protocol, action, fallback = key
+        if len(self._envelopes) >= CHILDREN_MAX:
+            self._envelopes.clear()
+        children = self._envelopes[key] = (
+            self.errors.labels(code, str(category), route, status, rule, protocol),
+            self.actions.labels(route, str(action)),
+            self.unmatched.labels(route, status) if fallback else None,
+        )
+        return children
 
     def redacted(self, kinds: list[str]) -> None:
         for kind in kinds:
-            self.redactions.labels(kind).inc()
+            child = self._redactions.get(kind)
+            if child is None:
+                if len(self._redactions) >= CHILDREN_MAX:
+                    self._redactions.clear()
+                child = self._redactions[kind] = self.redactions.labels(kind)
+            child.inc()
 
     def reloaded(self, ok: bool, rules: int) -> None:
         self.reloads.labels("success" if ok else "failure").inc()

@@ -114,8 +114,30 @@ def _between(reason: str, found: dict[str, Any]) -> None:
     found.setdefault(keys[1], high)
 
 
+#: ``from_reason`` answers remembered by message (validation messages repeat); past this many
+#: the table starts again, and a longer message is read every time.
+REASONS_MAX = 2048
+_REASON_KEY_MAX = 1024
+_REASONS: dict[str, dict[str, Any] | None] = {}
+
+
 def from_reason(reason: str) -> dict[str, Any] | None:
-    """Allowed values named by a human-readable validation message, or ``None``."""
+    """Allowed values named by a human-readable validation message, or ``None``; each message is
+    read once (``REASONS_MAX``), and every caller gets its own copy."""
+    if len(reason) > _REASON_KEY_MAX:
+        return _from_reason(reason)
+    try:
+        found = _REASONS[reason]
+    except KeyError:
+        found = _REASONS[reason] = _from_reason(reason)
+        if len(_REASONS) > REASONS_MAX:
+            _REASONS.clear()
+    if found is None:
+        return None
+    return {k: list(v) if isinstance(v, list) else v for k, v in found.items()}
+
+
+def _from_reason(reason: str) -> dict[str, Any] | None:
     # One line of at most _REASON_LIMIT characters, as build passes it anyway: the patterns are
     # re (lookarounds, a backreference), and _ENUM (.+$ before a newline) and _ENUM_END (\s*
     # over a run of spaces) take time quadratic in longer or multi-line text.
@@ -150,7 +172,7 @@ def from_context(ctx: Any) -> dict[str, Any] | None:
         mapped = _CTX_KEYS.get(key)
         if mapped == "enum" and isinstance(value, str):
             out["enum"] = _enum_values(value)
-        elif mapped and isinstance(value, int | float | str):
+        elif mapped and isinstance(value, (int, float, str)):
             out[mapped] = value
     return out or None
 
@@ -178,9 +200,9 @@ def suggest(allowed: dict[str, Any] | None, received: Any = None) -> Any:
     if isinstance(enum, list) and enum:
         return _nearest_member(enum, received)
     low, high = allowed.get("minimum"), allowed.get("maximum")
-    if isinstance(received, int | float) and not isinstance(received, bool):
+    if isinstance(received, (int, float)) and not isinstance(received, bool):
         return _clamped(received, low, high)
-    return next((bound for bound in (low, high) if isinstance(bound, int | float)), None)
+    return next((bound for bound in (low, high) if isinstance(bound, (int, float))), None)
 
 
 def _nearest_member(enum: list[Any], received: Any) -> Any:
@@ -197,8 +219,8 @@ def _nearest_member(enum: list[Any], received: Any) -> Any:
 
 def _clamped(received: float, low: Any, high: Any) -> Any:
     """The bound ``received`` is past, or ``None`` when it is within both."""
-    if isinstance(low, int | float) and received < low:
+    if isinstance(low, (int, float)) and received < low:
         return low
-    if isinstance(high, int | float) and received > high:
+    if isinstance(high, (int, float)) and received > high:
         return high
     return None

@@ -45,7 +45,7 @@ def rewrite(
     """The envelope for a matched exchange; every upstream-derived value is scrubbed."""
     kinds: list[str] = []
     scrub = scrubber(redactor, exchange, kinds)
-    envelope = build(match.rule.envelope, match.rule.id, exchange, match.found, scrub, options)
+    envelope = build(match.rule.envelope, exchange, match.found, scrub, options)
     return Evaluation(envelope, match, kinds)
 
 

@@ -20,6 +20,8 @@ class _NotJson:
 
 
 NOT_JSON: Final = _NotJson()
+#: Sentinel: a question not yet asked of this exchange (``None`` is an answer).
+_UNASKED: Final = object()
 
 
 @dataclass(slots=True)
@@ -60,8 +62,7 @@ class Exchange:
 
     def query(self, expression: str, compiled: Query) -> Any:
         """``compiled.search(self.json)``, computed once per expression per exchange."""
-        try:
-            return self.queried[expression]
-        except KeyError:
+        value = self.queried.get(expression, _UNASKED)
+        if value is _UNASKED:  # a look-up, not a KeyError: most questions are new to a body
             value = self.queried[expression] = compiled.search(self.json)
-            return value
+        return value

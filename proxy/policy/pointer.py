@@ -98,8 +98,53 @@ def _path_segments(text: str) -> list[str]:
     return _SEGMENTS.findall(text)
 
 
+#: Pointers remembered by what named them and the prefixes stripped (errors repeat: the same
+#: locations come again and again); past this many the table starts again.
+POINTERS_MAX = 4096
+#: A location of more characters than this (or more than a sixteenth as many segments) is read,
+#: not remembered: the table holds a few megabytes at most, whatever upstreams send.
+_KEY_MAX = 256
+_POINTERS: dict[tuple[object, object], str | None] = {}
+
+
+def _memo_key(value: object) -> object:
+    """``value`` as a key that tells apart every location it could be confused with, or
+    ``None`` when it is not worth remembering (too long, or not strings and integers)."""
+    kind = type(value)
+    if kind is str and isinstance(value, str):
+        return value if len(value) <= _KEY_MAX else None
+    if (kind is list or kind is tuple) and isinstance(value, (list, tuple)):
+        if len(value) > _KEY_MAX // 16:
+            return None
+        size = 0
+        for segment in value:
+            # True == 1 and 1 == 1.0 name different fields: only exact str and int are keys
+            kind = type(segment)
+            if kind is str:
+                size += len(segment)
+            elif kind is not int:
+                return None
+        return tuple(value) if size <= _KEY_MAX else None
+    return None
+
+
 def to_pointer(value: object, strip: Sequence[str] = LOCATION_PREFIXES) -> str | None:
-    """A JSON Pointer for ``value``, or ``None`` when it names no field."""
+    """A JSON Pointer for ``value``, or ``None`` when it names no field; each location is read
+    once (``POINTERS_MAX``)."""
+    key = _memo_key(value)
+    if key is None or type(strip) is not tuple:
+        return _to_pointer(value, strip)
+    memo = (key, strip)
+    try:
+        return _POINTERS[memo]
+    except KeyError:
+        pointer = _POINTERS[memo] = _to_pointer(value, strip)
+        if len(_POINTERS) > POINTERS_MAX:
+            _POINTERS.clear()
+        return pointer
+
+
+def _to_pointer(value: object, strip: Sequence[str]) -> str | None:
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, list | tuple):

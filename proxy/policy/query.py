@@ -43,11 +43,19 @@ class _TypeMismatch(Exception):
 
 def _is_false(value: Any) -> bool:
     # JMESPath's falsiness, not Python's: 0 is true, empty containers and strings are false
-    return value in ("", [], {}) or value is None or value is False
+    kind = type(value)
+    if kind is str or kind is list or kind is dict:  # JSON's own types: empty is false
+        return not value
+    return value is None or value is False or value in ("", [], {})
+
+
+#: ``isinstance``'s tuple, made once: ``int | float`` builds a new union at every call
+_NUMBERS = (int, float)
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    kind = type(value)  # JSON's int and float first; bool is an int, and not a number here
+    return kind is int or kind is float or (kind is not bool and isinstance(value, _NUMBERS))
 
 
 def json_equals(left: Any, right: Any) -> bool:
@@ -68,7 +76,7 @@ def _type_name(value: Any) -> str:
         return "array"
     if isinstance(value, dict):
         return "object"
-    if isinstance(value, int | float):
+    if isinstance(value, _NUMBERS):
         return "number"
     return "null"
 

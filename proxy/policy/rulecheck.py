@@ -19,7 +19,7 @@ import orjson
 
 from proxy.policy.template import Template, TemplateError
 
-#: Variables every exchange defines (``build.Lookup``).
+#: Variables every exchange defines (``variables.Lookup``).
 BUILTINS = frozenset(
     {"status", "upstream_status", "upstream_message", "method", "path", "route", "request_id"}
     | {"protocol", "rpc_method", "tool"}  # proxy/policy/protocols: None on plain HTTP

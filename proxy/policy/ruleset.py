@@ -15,7 +15,7 @@ from typing import Any
 import re2
 
 from proxy.config.re2compile import options
-from proxy.policy.build import CompiledEnvelope
+from proxy.policy.compiled_envelope import CompiledEnvelope
 from proxy.policy.exchange import Exchange
 from proxy.policy.matchers import (
     Found,
@@ -70,7 +70,7 @@ class Rule:
             statuses=default if codes is None else codes,
             predicates=compile_when(spec.when),
             queries=tuple((name, q, compile_jmespath(q)) for name, q in spec.vars.items()),
-            envelope=CompiledEnvelope.compile(spec.envelope),
+            envelope=CompiledEnvelope.compile(spec.envelope, spec.id),
             docs=spec.docs,
             body_pattern=spec.when.body,
             requires=required_keys(spec.when),

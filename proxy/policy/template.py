@@ -71,7 +71,7 @@ def duration_ms(value: Any) -> Any:
 
 
 def _duration_ms(value: Any) -> Any:
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return _ms(value)
     if not isinstance(value, str):
         return None
@@ -94,13 +94,13 @@ def _duration_ms(value: Any) -> Any:
 
 
 def _first(value: Any) -> Any:
-    if isinstance(value, list | tuple):
+    if isinstance(value, (list, tuple)):
         return value[0] if value else None
     return value
 
 
 def _join(value: Any) -> Any:
-    if isinstance(value, list | tuple):
+    if isinstance(value, (list, tuple)):
         return ", ".join(str(v) for v in value)
     return value
 
@@ -234,7 +234,7 @@ def scrub_value(value: Any, scrub: Scrub) -> Any:
         return scrub(value)
     if isinstance(value, Mapping):
         return {scrub(str(k)): scrub_value(v, scrub) for k, v in value.items()}
-    if isinstance(value, list | tuple):
+    if isinstance(value, (list, tuple)):
         return [scrub_value(v, scrub) for v in value]
     return value
 

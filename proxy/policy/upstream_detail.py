@@ -14,6 +14,7 @@ Two things a fallback would otherwise throw away:
 
 from __future__ import annotations
 
+import re
 from http import HTTPStatus
 from typing import Any
 
@@ -26,14 +27,36 @@ MAX_STRING = 200
 MAX_BYTES = 1024
 
 #: Members never kept: they hold internals, not something an agent acts on.
-_INTERNAL = linear(
-    r"(?i)^(?:stack|stacktrace|stack_trace|trace|traceback|backtrace|exception|exc_info|"
-    r"file|filename|line|lineno|sql|query|debug|cause|internal|innererror|inner_error)$"
+_INTERNAL_NAMES = frozenset(
+    {
+        "stack",
+        "stacktrace",
+        "stack_trace",
+        "trace",
+        "traceback",
+        "backtrace",
+        "exception",
+        "exc_info",
+        "file",
+        "filename",
+        "line",
+        "lineno",
+        "sql",
+        "query",
+        "debug",
+        "cause",
+        "internal",
+        "innererror",
+        "inner_error",
+    }
 )
+#: The same, for a name that is not ASCII (RE2's case folding: U+017F, the long s, is an s)
+_INTERNAL = linear(rf"(?i)^(?:{'|'.join(sorted(_INTERNAL_NAMES))})$")
 #: Members that name the error; the summary leads with the first one present.
 _LEADS = ("code", "error", "error_code", "errorCode", "type", "reason", "status_text")
-#: A message that is only an identifier ("item_locked", "E_LOCKED"), not a sentence.
-_TOKEN = linear(r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")
+#: A message that is only an identifier ("item_locked", "E_LOCKED"), not a sentence. ``re``,
+#: not RE2: one bounded character class cannot backtrack, and RE2's wrapper costs more per call.
+_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
 #: Members every error body has: a detail of only these says nothing the message does not.
 _PLAIN = frozenset(
     {
@@ -87,12 +110,12 @@ def structured(document: Any, status: int | None = None) -> dict[str, Any] | Non
     for key, value in container.items():
         if len(kept) >= MAX_MEMBERS:
             break
-        if not isinstance(key, str) or len(key) > 64 or _INTERNAL.search(key):
+        if not isinstance(key, str) or len(key) > 64 or _internal(key):
             continue
         if isinstance(value, str):
             if not value.strip() or len(value) > MAX_STRING:
                 continue
-        elif not (value is None or isinstance(value, bool | int | float)) or (
+        elif not (value is None or isinstance(value, (bool, int, float))) or (
             value == status and not isinstance(value, bool)
         ):
             continue
@@ -104,9 +127,17 @@ def structured(document: Any, status: int | None = None) -> dict[str, Any] | Non
     return kept
 
 
+def _internal(key: str) -> bool:
+    """Whether a member's name says it holds internals; an ASCII name without a regex (its
+    case folds only to ASCII, so lowering it is what RE2's ``(?i)`` does)."""
+    if key.isascii():
+        return key.lower() in _INTERNAL_NAMES
+    return _INTERNAL.search(key) is not None
+
+
 def is_token(message: str) -> bool:
     """Whether ``message`` is a bare identifier rather than a sentence."""
-    return _TOKEN.search(message) is not None
+    return _TOKEN.fullmatch(message) is not None
 
 
 def summary(detail: dict[str, Any]) -> str | None:

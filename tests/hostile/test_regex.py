@@ -21,7 +21,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.policy import build, constraints, matchers, template
+from proxy.policy import build, constraints, matchers, template, variables
 from proxy.policy.evaluate import recorded_exchange
 from proxy.policy.exchange import Exchange
 from proxy.policy.gated import GatedPattern
@@ -203,7 +203,7 @@ def test_upstream_message_skims_a_body_of_repeated_title_tags() -> None:
 @given(text=st.text(alphabet="<>/ tiTIle1h\u0130\u0131x\n", max_size=40))
 def test_html_title_finds_what_re_found(text: str) -> None:
     """The RE2 title pattern (Turkish i folding spelled out) picks the same text as ``re.I``."""
-    new, old = build._HTML_TITLE.search(text), _OLD_TITLE.search(text)
+    new, old = variables._HTML_TITLE.search(text), _OLD_TITLE.search(text)
     assert (new and new.group(1)) == (old and old.group(1))
 
 

@@ -18,12 +18,24 @@ from proxy.config.crosscall import SessionSettings
 from proxy.policy.crosscall.guard import Guard
 from proxy.policy.crosscall.session import Sessions
 from proxy.policy.crosscall.store import MAX_PATH_CHARS, Failure, Seen, StateStore, Summary
-from proxy.policy.envelope import Action, Category, Envelope, RepeatInfo, SessionPattern, Severity
+from proxy.policy.envelope import (
+    Action,
+    Category,
+    Envelope,
+    RepeatInfo,
+    SessionPattern,
+    Severity,
+    made,
+    revised,
+)
 
 #: entries of the session summary's ``repeats``, most repeated first
 SUMMARY_REPEATS = 50
 #: characters of a request method kept (a method is any token, as long as the request line)
 MAX_METHOD_CHARS = 32
+#: formatted times and session patterns remembered (a repeat's first failure is formatted again
+#: on every repeat of it); past this many each table starts again
+MEMO_MAX = 1024
 
 
 def _digest(*parts: str) -> str:
@@ -60,9 +72,19 @@ def _without_id(tee: bytes) -> bytes:
     return tee
 
 
+_RFC3339: dict[int, str] = {}
+
+
 def rfc3339(epoch_ms: int) -> str:
-    moment = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """``epoch_ms`` as ``2026-11-27T15:04:05.123Z``; each instant formatted once (``MEMO_MAX``)."""
+    text = _RFC3339.get(epoch_ms)
+    if text is None:
+        moment = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+        text = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        if len(_RFC3339) >= MEMO_MAX:
+            _RFC3339.clear()
+        _RFC3339[epoch_ms] = text
+    return text
 
 
 class Review:
@@ -79,6 +101,8 @@ class Review:
         self.guard = guard
         self.suggestions = suggestions
         self.window_ms = settings.window_s * 1000
+        #: ``patterns`` by the session's category counts, which repeat from failure to failure
+        self._patterns: dict[tuple[tuple[str, int], ...], tuple[SessionPattern, ...]] = {}
 
     async def envelope(
         self,
@@ -120,8 +144,13 @@ class Review:
         """``envelope`` with ``repeat``, ``session_patterns`` and, for a loop, advice to stop."""
         update: dict[str, object] = {}
         if seen.count >= 2:
-            update["repeat"] = RepeatInfo(
-                count=seen.count, window_s=self.settings.window_s, first_at=rfc3339(seen.first_ms)
+            update["repeat"] = made(
+                RepeatInfo,
+                {
+                    "count": seen.count,
+                    "window_s": self.settings.window_s,
+                    "first_at": rfc3339(seen.first_ms),
+                },
             )
         patterns = self.patterns(seen.categories)
         if patterns:
@@ -142,9 +171,21 @@ class Review:
                 wait = f"This request was retried too early: wait {early:,} ms more, then retry."
                 update["hint"] = f"{wait} {envelope.hint}"
                 update["steps"] = (wait, *envelope.steps)
-        return envelope.model_copy(update=update) if update else envelope
+        return revised(envelope, update) if update else envelope
 
     def patterns(self, categories: Mapping[str, int]) -> tuple[SessionPattern, ...]:
+        """The categories recurring ``pattern_after`` times or more, most first; remembered by
+        the counts (``MEMO_MAX``)."""
+        key = tuple(categories.items())
+        found = self._patterns.get(key)
+        if found is None:
+            found = self._find_patterns(categories)
+            if len(self._patterns) >= MEMO_MAX:
+                self._patterns.clear()
+            self._patterns[key] = found
+        return found
+
+    def _find_patterns(self, categories: Mapping[str, int]) -> tuple[SessionPattern, ...]:
         found = []
         for name, count in sorted(categories.items(), key=lambda item: (-item[1], item[0])):
             if count < self.settings.pattern_after:

@@ -1,0 +1,83 @@
+"""``invalid_fields``: each offending field an upstream names, as a pointer with its constraints."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from proxy.policy import constraints
+from proxy.policy.compiled_envelope import CompiledInvalidFields
+from proxy.policy.envelope import InvalidField, made
+from proxy.policy.exchange import Exchange
+from proxy.policy.pointer import to_pointer
+from proxy.policy.template import scrub_value
+from proxy.policy.variables import single_line
+
+Scrub = Callable[[str], str]
+
+
+def _scrub_pointer(pointer: str, scrub: Scrub) -> str:
+    # segment by segment: "/data/attributes/qty" is JSON keys, not a file path to hide
+    return "/".join(scrub(segment) if segment else segment for segment in pointer.split("/"))
+
+
+def _camel(pointer: str) -> str:
+    return "/".join(s[:1].lower() + s[1:] if not s.isdigit() else s for s in pointer.split("/"))
+
+
+def _invalid_field(
+    pointer: str, reason: Any, received: Any, context: Any, scrub: Scrub
+) -> InvalidField:
+    reason_text = single_line(scrub(str(reason)), 300) if reason else "is invalid"
+    allowed = constraints.from_context(context) or constraints.from_reason(reason_text)
+    if allowed:
+        allowed = constraints.normalise(allowed, received)
+    elif context is not None and not isinstance(context, dict):
+        allowed = context  # a rule that names the allowed values directly
+    return made(
+        InvalidField,
+        {
+            "field": _scrub_pointer(pointer, scrub),
+            "reason": reason_text,
+            "received": scrub_value(received, scrub),
+            "allowed_values": scrub_value(allowed, scrub),
+        },
+    )
+
+
+def written(
+    items: list[dict[str, Any]], render: Callable[[Any], Any], scrub: Scrub
+) -> list[InvalidField]:
+    """The fields a rule lists itself (``invalid_fields:`` as a list of templates), rendered."""
+    out = []
+    for item in items:
+        rendered = render(item)
+        pointer = to_pointer(rendered.get("field"), ())
+        if pointer is not None:
+            out.append(
+                _invalid_field(
+                    pointer,
+                    rendered.get("reason"),
+                    rendered.get("received"),
+                    rendered.get("allowed_values"),
+                    scrub,
+                )
+            )
+    return out
+
+
+def found(
+    compiled: CompiledInvalidFields | None, exchange: Exchange, scrub: Scrub
+) -> list[InvalidField]:
+    """The fields the upstream's JSON names where a rule's queries say, at most 100."""
+    if compiled is None or not exchange.is_json:
+        return []
+    out: list[InvalidField] = []
+    for location, reason, received, context in compiled.items(exchange.json)[:100]:
+        pointer = to_pointer(location, compiled.strip)
+        if pointer is None:
+            continue
+        if compiled.camel:
+            pointer = _camel(pointer)
+        out.append(_invalid_field(pointer, reason, received, context, scrub))
+    return out

@@ -192,6 +192,7 @@ class Metrics:
         #: ``labels()`` resolved once per label set: it validates and locks on every call
         self._envelopes: dict[_EnvelopeKey, tuple[Counter, Counter, Counter | None]] = {}
         self._redactions: dict[str, Counter] = {}
+        self._repeats: dict[tuple[str, str, str], Counter] = {}
         Gauge(
             "mend_build_info",
             "mend's version.",
@@ -272,6 +273,16 @@ class Metrics:
                     self._redactions.clear()
                 child = self._redactions[kind] = self.redactions.labels(kind)
             child.inc()
+
+    def repeated(self, route: str, code: str, action: str) -> None:
+        """Count one repeat of an error (``mend_repeats_total``), its child resolved once."""
+        key = (route, code, action)
+        child = self._repeats.get(key)
+        if child is None:
+            if len(self._repeats) >= CHILDREN_MAX:
+                self._repeats.clear()
+            child = self._repeats[key] = self.repeats.labels(route, code, action)
+        child.inc()
 
     def reloaded(self, ok: bool, rules: int) -> None:
         self.reloads.labels("success" if ok else "failure").inc()

@@ -166,8 +166,7 @@ class Count:
                 f"{request.remote}|{request.method}|{request.path_qs}|{request.content_length}"
             )
             if self.repeats.seen_again(fingerprint, envelope.code):
-                action = envelope.action.value
-                self.metrics.repeats.labels(exchange.route, envelope.code, action).inc()
+                self.metrics.repeated(exchange.route, envelope.code, envelope.action.value)
         return answer
 
 

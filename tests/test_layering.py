@@ -102,6 +102,43 @@ def test_every_module_is_in_a_floor() -> None:
     assert proxy.policy.__doc__
 
 
+def _loaded_with(path: Path, modules: set[str]) -> set[str]:
+    """The ``proxy`` modules importing ``path`` imports, at its top level (a function's own
+    import, such as the tracing SDK's, runs later and cannot make a circle at import time).
+    ``from package import module`` is an edge to the module: its package is already loading."""
+    found: set[str] = set()
+    for node in ast.parse(path.read_text("utf-8")).body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("proxy"):
+            for alias in node.names:
+                name = f"{node.module}.{alias.name}"
+                found.add(name if name in modules else node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("proxy")}
+    return found
+
+
+def test_no_import_circle() -> None:
+    """No module of ``proxy`` imports, through others, a module that imports it back."""
+    modules = {name for floor in FLOORS for name in _modules(f"proxy.{floor}")}
+    graph: dict[str, set[str]] = {}
+    for module in modules:
+        path = ROOT / Path(*module.split("."))
+        file = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        graph[module] = {name for name in _loaded_with(file, modules) if name in modules} - {module}
+    circles = []
+    for start in sorted(graph):
+        seen, stack = set(), list(graph[start])
+        while stack:
+            module = stack.pop()
+            if module == start:
+                circles.append(start)
+                break
+            if module not in seen:
+                seen.add(module)
+                stack.extend(graph[module])
+    assert circles == []
+
+
 def test_proxy_handle_reads_as_the_pipeline_in_one_screen() -> None:
     """``Proxy.handle`` is the request's path in one screen with one exit: the steps it names own
     the branches (docs/design.md, "One request, top to bottom")."""

@@ -2,7 +2,7 @@
 
 ``python tests/mcp_sdk1_server.py PORT json|sse`` with the 1.x SDK first on ``PYTHONPATH``
 (``tests.mcp_servers.sdk1_site``): the main virtualenv holds SDK 2.x. The tools fail as
-``tests/test_mcp.py``'s 2.x server's do.
+``tests/policy/protocols/test_mcp.py``'s 2.x server's do.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import Any
 
 import uvicorn
 
-from tests.test_app import free_port
+from tests.runtime.test_app import free_port
 
 #: the 1.x release the tests run (the last of the line)
 SDK1 = "mcp==1.30.0"

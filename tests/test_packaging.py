@@ -54,7 +54,7 @@ def test_packs_are_found_through_importlib_resources_in_a_checkout() -> None:
     assert PACKAGED_RULES == ROOT / "rules"
     assert DEFAULT_TESTS == ROOT / "rules" / "tests"
     assert len(PACKS) >= 20
-    assert list(DEFAULT_TESTS.glob("*.yaml"))  # one per pack: tests/test_packs.py
+    assert list(DEFAULT_TESTS.glob("*.yaml"))  # one per pack: tests/policy/test_packs.py
 
 
 def test_an_installed_proxy_rules_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -52,7 +52,7 @@ class _Verbatim:
     - Header bytes that are not UTF-8 (``filename=r\xe9sum\xe9.pdf`` from a latin-1 server)
       arrive as surrogate escapes, which aiohttp's header writer drops: such a head is written
       back byte for byte here. aiohttp has no option for either; both hooks are its response
-      internals, covered by tests/test_transparency.py.
+      internals, covered by tests/edge/test_transparency.py.
     """
 
     untyped = False

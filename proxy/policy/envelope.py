@@ -160,8 +160,8 @@ def made(cls: type[Model], fields: Mapping[str, Any]) -> Model:
     types (issue 29: validating what mend just built cost a rewrite about a tenth of its time).
 
     Every required field must be in ``fields``; the rest take their defaults. The model is the
-    validated one's equal (``tests/test_build.py`` checks it on every pack case); an envelope's
-    retry invariants are still checked.
+    validated one's equal (``tests/policy/test_build.py`` checks it on every pack case); an
+    envelope's retry invariants are still checked.
     """
     defaults = _DEFAULTS.get(cls)
     if defaults is None:

@@ -1,7 +1,8 @@
 """The clever parts of redaction, as named functions a detector references by ``check:``.
 
 A detector's pattern finds a candidate; its check decides. Each check is a small pure function
-with the word lists it reads kept beside it, tested on its own (``tests/test_detectors.py``):
+with the word lists it reads kept beside it, tested on its own
+(``tests/policy/redaction/test_detectors.py``):
 
 - mask checks ``(value, context) -> bool`` (true: mask it): ``random_token``, ``secret_value``.
 - replace checks ``(match, word, context) -> (kind | None, replacement) | None`` (``None``: keep

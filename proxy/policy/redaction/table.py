@@ -1,7 +1,8 @@
 """The detector set as a Markdown table, for ``docs/design.md`` (generated from the files).
 
 ``python -m proxy.policy.redaction.table`` prints it; ``--write`` replaces it in ``docs/design.md``
-between the two marker comments (``tests/test_detectors.py`` checks it is up to date).
+between the two marker comments (``tests/policy/redaction/test_detectors.py`` checks it is up
+to date).
 """
 
 from __future__ import annotations

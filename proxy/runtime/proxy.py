@@ -271,13 +271,7 @@ class Proxy:
         upstream, exchange, route = flow.upstream, flow.exchange, flow.route
         assert upstream is not None
         assert route is not None
-        body = bodies.parse(
-            raw,
-            encoding=upstream.headers.get("Content-Encoding", ""),
-            charset=upstream.charset,
-            limit=flow.generation.settings.decompressed_max_bytes,
-            cut=not complete,
-        )
+        body = _parsed(flow, raw, cut=not complete)
         exchange.status, exchange.headers = upstream.status, upstream.headers
         exchange.content_type = upstream.content_type.lower()
         exchange.text, exchange.json, exchange.truncated = body.text, body.json, body.truncated
@@ -295,15 +289,7 @@ class Proxy:
 
     def _learn_tools(self, flow: Flow, raw: bytes) -> None:
         """Remember the tools an MCP ``tools/list`` answer (JSON) lists, with their annotations."""
-        upstream = flow.upstream
-        assert upstream is not None
-        body = bodies.parse(
-            raw,
-            encoding=upstream.headers.get("Content-Encoding", ""),
-            charset=upstream.charset,
-            limit=flow.generation.settings.decompressed_max_bytes,
-            cut=False,
-        )
+        body = _parsed(flow, raw, cut=False)
         if body.json is not NOT_JSON:
             self.retry_safety.learn(flow.exchange.route, body.json)
 
@@ -401,3 +387,16 @@ class Proxy:
         await self.crosscall.close()
         if self.tracer is not None:
             await self.tracer.close()
+
+
+def _parsed(flow: Flow, raw: bytes, *, cut: bool) -> bodies.Body:
+    """The upstream's body as read: decompressed under the cap, decoded, parsed when JSON."""
+    upstream = flow.upstream
+    assert upstream is not None
+    return bodies.parse(
+        raw,
+        encoding=upstream.headers.get("Content-Encoding", ""),
+        charset=upstream.charset,
+        limit=flow.generation.settings.decompressed_max_bytes,
+        cut=cut,
+    )

@@ -156,11 +156,11 @@ async def test_a_request_in_flight_finishes_on_the_configuration_it_started_with
     assert await running.who() == "B"
     old = next(iter(running.server.proxy._draining))
     assert old.active == 1  # still serving the slow request, on its own pool
-    assert old.upstreams._sessions
+    assert old.upstreams._pools
     a.release.set()
     response = await in_flight
     assert await response.json() == {"upstream": "A", "slow": True}
-    await eventually(lambda: not running.server.proxy._draining and not old.upstreams._sessions)
+    await eventually(lambda: not running.server.proxy._draining and not old.upstreams._pools)
 
 
 async def test_an_unchanged_route_keeps_its_warm_connections_across_a_reload(

@@ -11,12 +11,12 @@ import asyncio
 import time
 from collections.abc import Callable
 
-import aiohttp
 from aiohttp import web
 from structlog.typing import FilteringBoundLogger
 
 from proxy.edge.failures import UpstreamResponseTooLarge, upstream_errors
 from proxy.edge.passthrough import PassedResponse, PassedStream, Redirect, passthrough_headers
+from proxy.edge.upstream import Response, UpstreamError
 from proxy.policy.protocols.base import Protocol
 from proxy.policy.protocols.sse import EventRewriter
 
@@ -41,7 +41,7 @@ STREAM_TYPES = frozenset(
 
 
 def buffered(
-    upstream: aiohttp.ClientResponse, raw: bytes, rid: str, redirect: Redirect | None = None
+    upstream: Response, raw: bytes, rid: str, redirect: Redirect | None = None
 ) -> web.StreamResponse:
     """The upstream's response with ``raw`` as its whole body."""
     return PassedResponse(
@@ -54,7 +54,7 @@ def buffered(
 
 async def stream(
     request: web.BaseRequest,
-    upstream: aiohttp.ClientResponse,
+    upstream: Response,
     head: bytes,
     *,
     rid: str,
@@ -62,7 +62,7 @@ async def stream(
     limit: int | None,
     log: FilteringBoundLogger,
     events: EventRewriter | None = None,
-    broken: Callable[[aiohttp.ClientError], bytes] | None = None,
+    broken: Callable[[UpstreamError], bytes] | None = None,
     redirect: Redirect | None = None,
 ) -> web.StreamResponse:
     """Pass a response through as it arrives: status, end-to-end headers, bytes (``head``
@@ -70,10 +70,10 @@ async def stream(
     give a last message (an event answering the call) to end the stream with, not an abort.
 
     From here on the upstream may pause up to ``idle_timeout`` between bytes (an SSE stream, a
-    long-poll), not the ``read_timeout`` that bounded its headers. With ``events``, each event
-    goes out the moment it is complete, rewritten or not.
+    long-poll), not the ``read_timeout`` that bounded its headers and the body read so far.
+    With ``events``, each event goes out the moment it is complete, rewritten or not.
     """
-    _idle_timeout(upstream, idle_timeout)
+    upstream.idle(idle_timeout)
     if limit is not None and (upstream.content_length or 0) > limit:
         raise UpstreamResponseTooLarge(f"Content-Length {upstream.content_length} > {limit}")
     length = upstream.content_length
@@ -87,8 +87,8 @@ async def stream(
         # one write for headers and body instead of three when the whole body is here already,
         # as most API answers are; one still arriving streams from what came (never waited for)
         with upstream_errors():
-            head = upstream.content.read_nowait()
-        if upstream.content.at_eof():
+            head = upstream.read_nowait()
+        if upstream.at_eof():
             if events is not None:
                 head = await events.feed(head) + events.close()
             return buffered(upstream, head, rid, redirect)
@@ -108,13 +108,13 @@ async def stream(
 
 async def _relay(
     request: web.BaseRequest,
-    upstream: aiohttp.ClientResponse,
+    upstream: Response,
     response: web.StreamResponse,
     head: bytes,
     rid: str,
     log: FilteringBoundLogger,
     events: EventRewriter | None,
-    broken: Callable[[aiohttp.ClientError], bytes] | None,
+    broken: Callable[[UpstreamError], bytes] | None,
 ) -> web.StreamResponse:
     """The body, as it arrives, after the headers went out."""
     if head and events is not None:
@@ -122,17 +122,15 @@ async def _relay(
     if head:
         await response.write(head)
     try:
-        async for chunk in upstream.content.iter_any():
+        while chunk := await upstream.read():
             if events is not None:
-                chunk = await events.feed(chunk)  # noqa: PLW2901 (what goes out)
+                chunk = await events.feed(chunk)
                 if not chunk:
                     continue
             await response.write(chunk)
         if events is not None and (rest := events.close()):
             await response.write(rest)
-    except aiohttp.ClientError as exc:
-        if isinstance(exc, ConnectionResetError):
-            raise  # writing to the agent failed: it hung up (the caller logs a 499)
+    except UpstreamError as exc:  # the agent hanging up (a write failing) raises on: a 499
         # headers are gone already: the only honest signals left are a last event saying so
         # (an event stream whose call was not answered) or an aborted connection
         log.warning("upstream_stream_broken", request_id=rid, error=type(exc).__name__)
@@ -152,7 +150,7 @@ async def _relay(
 
 
 async def read_capped(
-    upstream: aiohttp.ClientResponse, limit: int, deadline_s: float, *, give_up: bool = False
+    upstream: Response, limit: int, deadline_s: float, *, give_up: bool = False
 ) -> tuple[bytes, bool]:
     """The body if it has at most ``limit`` bytes, else its first ``limit + 1`` bytes, and
     whether that was the whole body; within ``deadline_s``: an upstream dripping a byte a
@@ -163,7 +161,7 @@ async def read_capped(
         try:
             async with asyncio.timeout(deadline_s):
                 while len(buf) <= limit:
-                    chunk = await upstream.content.read(limit + 1 - len(buf))
+                    chunk = await upstream.read(limit + 1 - len(buf))
                     if not chunk:
                         return bytes(buf), True
                     buf += chunk
@@ -173,25 +171,14 @@ async def read_capped(
     return bytes(buf), False  # all of it: a success streams on from here, byte for byte
 
 
-def is_stream(upstream: aiohttp.ClientResponse) -> bool:
+def is_stream(upstream: Response) -> bool:
     """A response that may never end or may pause: no length, or a streaming media type."""
     return upstream.content_length is None or upstream.content_type in STREAM_TYPES
 
 
-def may_hold_errors(
-    protocol: Protocol | None, upstream: aiohttp.ClientResponse, raw: bytes
-) -> bool:
+def may_hold_errors(protocol: Protocol | None, upstream: Response, raw: bytes) -> bool:
     """Whether a success read for inspection may hold an error: a protocol's cheap scan says so
     (a compressed body cannot be scanned); a REST success is for its rules to say."""
     if protocol is None or upstream.headers.get("Content-Encoding"):
         return True
     return protocol.may_hold_errors(raw)
-
-
-def _idle_timeout(upstream: aiohttp.ClientResponse, seconds: float) -> None:
-    """Let the upstream pause ``seconds`` between body bytes from now on (aiohttp's sock_read
-    timer, which bounded the wait for the headers, is rearmed with the new value)."""
-    connection = upstream.connection
-    if connection is not None and connection.protocol is not None:
-        connection.protocol.read_timeout = seconds
-        connection.protocol.start_timeout()

@@ -16,7 +16,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 from opentelemetry import trace as otel
@@ -39,6 +38,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from proxy import __version__
+from proxy.edge.upstream import Response
 from proxy.observation.tracing import TraceConfig
 from proxy.policy.envelope import Envelope, Severity
 from proxy.policy.exchange import Exchange
@@ -338,7 +338,7 @@ class ClientSpan:
     def __init__(self, span: otel.Span) -> None:
         self.span = span
 
-    async def send(self, pending: Awaitable[aiohttp.ClientResponse]) -> aiohttp.ClientResponse:
+    async def send(self, pending: Awaitable[Response]) -> Response:
         span = self.span
         try:
             response = await pending

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
@@ -40,6 +39,7 @@ from proxy.edge.openapi_gate import PRESET, OpenAPIGate
 from proxy.edge.passthrough import Redirect, passthrough_headers
 from proxy.edge.target import upstream_target
 from proxy.edge.tunnel import Tunnel
+from proxy.edge.upstream import Response, UpstreamError
 from proxy.observation.logs import make_logger
 from proxy.observation.metrics import Metrics, RepeatTracker
 from proxy.observation.request_id import request_id
@@ -332,7 +332,7 @@ class Proxy:
         target: str,
         rid: str,
         body: AsyncIterator[bytes] | None,
-    ) -> aiohttp.ClientResponse:
+    ) -> Response:
         route = runtime.route
         headers = upstream_request_headers(
             request.headers,
@@ -343,27 +343,20 @@ class Proxy:
             upstream_host=runtime.upstream_host,
             preserve_host=route.preserve_host,
         )
-        session = request[_GEN].upstreams.session(route.name, route.read_timeout)
+        pool = request[_GEN].upstreams.pool(route.name, runtime.origin)
         # the CLIENT span, whose traceparent goes upstream in place of the agent's
         client = request[_TRACE].client(runtime, headers) if self.tracer is not None else None
-        pending = session.request(
-            request.method,
-            runtime.origin.url(target),
-            headers=headers,
-            data=body,
-            allow_redirects=False,
-            timeout=runtime.timeout,
-        )
+        pending = pool.request(request.method, target, headers, body, runtime.timeout)
         return await (pending if client is None else client.send(pending))
 
     async def _stream(
         self,
         request: web.BaseRequest,
         runtime: RouteRuntime,
-        upstream: aiohttp.ClientResponse,
+        upstream: Response,
         head: bytes,
         events: EventRewriter | None = None,
-        broken: Callable[[aiohttp.ClientError], bytes] | None = None,
+        broken: Callable[[UpstreamError], bytes] | None = None,
     ) -> web.StreamResponse:
         """The response passed through as it arrives (``relay.stream``), under the route's
         ``idle_timeout`` and the configuration's ``response_body_max_bytes``."""
@@ -385,7 +378,7 @@ class Proxy:
         request: web.BaseRequest,
         exchange: Exchange,
         runtime: RouteRuntime,
-        upstream: aiohttp.ClientResponse,
+        upstream: Response,
         started: float,
         upstream_s: float | None,
     ) -> web.StreamResponse:
@@ -486,7 +479,7 @@ class Proxy:
         request: web.BaseRequest,
         runtime: RouteRuntime,
         ruleset: RuleSet,
-        upstream: aiohttp.ClientResponse,
+        upstream: Response,
         call: Call | None,
     ) -> tuple[Call | None, Inspection]:
         """Stream a response, read it, or rewrite its events; and the call whose protocol said
@@ -525,7 +518,7 @@ class Proxy:
         exchange: Exchange,
         runtime: RouteRuntime,
         ruleset: RuleSet,
-        upstream: aiohttp.ClientResponse,
+        upstream: Response,
         call: Call,
         started: float,
         upstream_s: float | None,
@@ -577,7 +570,7 @@ class Proxy:
             answered = answered or b'"result"' in raw or b'"error"' in raw
             return marker(raw)
 
-        def broken(exc: aiohttp.ClientError) -> bytes:
+        def broken(exc: UpstreamError) -> bytes:
             """The stream broke before the call was answered: an event answering it with
             mend's own failure (a hung tool: UPSTREAM_TIMEOUT, applied unknown)."""
             if answered:
@@ -620,7 +613,7 @@ class Proxy:
         runtime: RouteRuntime,
         ruleset: RuleSet,
         exchange: Exchange,
-        upstream: aiohttp.ClientResponse,
+        upstream: Response,
         call: Call | None,
     ) -> tuple[web.Response, Envelope] | None:
         """The envelope response to a read response, in the agent's protocol when it speaks one
@@ -664,9 +657,7 @@ class Proxy:
         verdict = self.retry_safety.verdict(runtime.route if runtime else None, exchange, sent)
         exchange.retry_safe, exchange.destructive = verdict.safe, verdict.destructive
 
-    def _learn_tools(
-        self, route: str, raw: bytes, upstream: aiohttp.ClientResponse, gen: Generation
-    ) -> None:
+    def _learn_tools(self, route: str, raw: bytes, upstream: Response, gen: Generation) -> None:
         """Remember the tools an MCP ``tools/list`` answer (JSON) lists, with their annotations."""
         body = bodies.parse(
             raw,
@@ -707,7 +698,7 @@ class Proxy:
         request: web.BaseRequest,
         route: Route | None,
         evaluations: list[Evaluation],
-        upstream: aiohttp.ClientResponse | None,
+        upstream: Response | None,
         status: int,
         rendered: Rendered | None,
         exchange: Exchange | None = None,
@@ -1139,8 +1130,8 @@ def _every_event(_: bytes) -> bool:
     return True
 
 
-def _translated(exc: aiohttp.ClientError) -> ProxyFailure:
-    """The failure ``upstream_errors`` makes of what aiohttp raised mid-stream."""
+def _translated(exc: UpstreamError) -> ProxyFailure:
+    """The failure ``upstream_errors`` makes of what the upstream client raised mid-stream."""
     try:
         with upstream_errors():
             raise exc

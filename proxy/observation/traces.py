@@ -14,7 +14,7 @@ import asyncio
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -38,7 +38,6 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from proxy import __version__
-from proxy.edge.upstream import Response
 from proxy.observation.tracing import TraceConfig
 from proxy.policy.envelope import Envelope, Severity
 from proxy.policy.exchange import Exchange
@@ -330,6 +329,16 @@ class RequestTrace:
         span.end()
 
 
+class _Status(Protocol):
+    """What the span reads of an upstream response (``proxy.edge.upstream.Response``)."""
+
+    @property
+    def status(self) -> int: ...
+
+
+_Answer = TypeVar("_Answer", bound=_Status)
+
+
 class ClientSpan:
     """The upstream call's span: ended when the response head arrives or the call fails."""
 
@@ -338,7 +347,7 @@ class ClientSpan:
     def __init__(self, span: otel.Span) -> None:
         self.span = span
 
-    async def send(self, pending: Awaitable[Response]) -> Response:
+    async def send(self, pending: Awaitable[_Answer]) -> _Answer:
         span = self.span
         try:
             response = await pending

@@ -51,11 +51,6 @@ class _Extra(Exception):
     """Stops the parser: the response is whole, and what follows was not asked for."""
 
 
-def _decode(raw: bytes) -> str:
-    # as aiohttp's parser: bytes that are not UTF-8 become surrogate escapes, written back as sent
-    return raw.decode("utf-8", "surrogateescape")
-
-
 class Connection(asyncio.Protocol):
     """The connection and the exchange on it; ``Pool`` starts exchanges, ``Response`` reads them."""
 
@@ -86,7 +81,6 @@ class Connection(asyncio.Protocol):
         self.raw: list[tuple[bytes, bytes]] = []
         self.head_size = self.interim = 0
         self.in_interim = self.head_done = self.body_done = self.request_done = False
-        self.delimited = False  # by Content-Length or chunked (else: by the connection's close)
         self.keep_alive = False
         self.buffer: deque[bytes] = deque()
         self.buffered = 0
@@ -98,7 +92,27 @@ class Connection(asyncio.Protocol):
         self.upgraded = False
 
     def headers(self) -> CIMultiDictProxy[str]:
-        return CIMultiDictProxy(CIMultiDict((_decode(n), _decode(v)) for n, v in self.raw))
+        # as aiohttp's parser: bytes that are not UTF-8 become surrogate escapes, written back
+        # as they came
+        return CIMultiDictProxy(
+            CIMultiDict(
+                [
+                    (n.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
+                    for n, v in self.raw
+                ]
+            )
+        )
+
+    def _delimited(self) -> bool:
+        """Whether the body's end is told by ``Content-Length`` or chunks (else by the close);
+        asked only when the connection closes mid-body."""
+        for name, value in self.raw:
+            lowered = name.lower()
+            if lowered == b"content-length":
+                return True
+            if lowered == b"transfer-encoding" and b"chunked" in value.lower():
+                return True
+        return False
 
     @property
     def reusable(self) -> bool:
@@ -229,7 +243,7 @@ class Connection(asyncio.Protocol):
                 error = Disconnected("closed before the response head")
             elif self.upgraded:
                 pass  # the tunnel hears of it when it takes over (``relay_to``)
-            elif not self.delimited and exc is None:
+            elif exc is None and not self._delimited():
                 self.body_done = True  # a body delimited by the close: whole now
                 self.keep_alive = False
                 self._wake()
@@ -313,19 +327,14 @@ class Connection(asyncio.Protocol):
             raise ProtocolError(f"status line over {self.limits.max_line_size} bytes")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        limits = self.limits
-        if len(name) > limits.max_field_size or len(value) > limits.max_field_size:
-            raise ProtocolError(f"header field over {limits.max_field_size} bytes")
-        if self.head_done:
-            return  # a trailer: checked, not kept (never passed on, as aiohttp did not)
-        if len(self.raw) >= limits.max_headers:
-            raise ProtocolError(f"more than {limits.max_headers} header fields")
-        self.raw.append((name, value))
-        lowered = name.lower()
-        if lowered == b"content-length" or (
-            lowered == b"transfer-encoding" and b"chunked" in value.lower()
-        ):
-            self.delimited = True
+        largest = self.limits.max_field_size
+        if len(value) > largest or len(name) > largest:
+            raise ProtocolError(f"header field over {largest} bytes")
+        if not self.head_done:  # after it, a trailer: checked, not kept (aiohttp kept none)
+            raw = self.raw
+            if len(raw) >= self.limits.max_headers:
+                raise ProtocolError(f"more than {self.limits.max_headers} header fields")
+            raw.append((name, value))
 
     def on_headers_complete(self) -> None:
         parser = self.parser
@@ -335,7 +344,7 @@ class Connection(asyncio.Protocol):
             if self.interim > self.limits.max_interim:
                 raise ProtocolError(f"more than {self.limits.max_interim} interim (1xx) responses")
             self.in_interim = True
-            self.raw, self.reason, self.delimited = [], b"", False
+            self.raw, self.reason = [], b""
             if self.interim == 1 and self.on_interim is not None:
                 self.on_interim()
             return

@@ -5,12 +5,13 @@ of a proxied request's instructions (issue 29); llhttp is the parser of Node and
 
 - ``errors``: the one family of exceptions it raises (``proxy/edge/failures.py`` translates it);
 - ``head``: the request head, byte-exact, and chunked framing;
-- ``connection``: one connection and its exchange (parser callbacks, limits, backpressure);
-- ``response``: the response a caller reads;
+- ``limits``: what an upstream may send;
+- ``connection``: one connection and its exchange (parser callbacks, backpressure);
+- ``response``: the response a caller reads, its body as it arrives;
 - ``pool``: keep-alive connections to one origin, and sending a request (never twice).
 """
 
-from proxy.edge.upstream.connection import Connection, Limits
+from proxy.edge.upstream.connection import Connection
 from proxy.edge.upstream.errors import (
     ConnectError,
     ConnectTimeout,
@@ -20,6 +21,7 @@ from proxy.edge.upstream.errors import (
     RequestBodyFailed,
     UpstreamError,
 )
+from proxy.edge.upstream.limits import Limits
 from proxy.edge.upstream.pool import Pool, Timeouts, default_tls
 from proxy.edge.upstream.response import Response
 

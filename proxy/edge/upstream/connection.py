@@ -13,30 +13,13 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol, cast
 
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.edge.upstream.errors import Disconnected, ProtocolError, ReadTimeout, UpstreamError
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """What an upstream may send (the first three are aiohttp's client defaults, kept)."""
-
-    max_line_size: int = 8190  # the status line
-    max_field_size: int = 8190  # a header name or value
-    max_headers: int = 128
-    max_interim: int = 8  # interim (1xx) responses before the final head
-    high_water: int = 256 << 10  # body bytes held before the socket stops being read
-    low_water: int = 64 << 10  # ... and read again
-
-    @property
-    def max_head(self) -> int:
-        """Bytes of all of one response's heads together (1xx ones included)."""
-        return self.max_line_size + self.max_headers * (self.max_field_size + 4)
+from proxy.edge.upstream.limits import Limits
 
 
 class Sink(Protocol):
@@ -148,50 +131,6 @@ class Connection(asyncio.Protocol):
                 waiter.set_result(None)
             else:
                 waiter.set_exception(error)
-
-    # --- the body, for Response ---------------------------------------------------------------
-
-    def take(self, limit: int = -1) -> bytes:
-        """Up to ``limit`` (all if negative) of the body bytes held, without waiting."""
-        buffer = self.buffer
-        if not buffer:
-            if self.error is not None:
-                raise self.error
-            return b""
-        if len(buffer) == 1 and (limit < 0 or len(buffer[0]) <= limit):
-            data = buffer.popleft()
-        else:
-            data = b"".join(buffer)
-            buffer.clear()
-            if 0 <= limit < len(data):
-                buffer.append(data[limit:])
-                data = data[:limit]
-        self.buffered -= len(data)
-        if self.paused and self.buffered <= self.limits.low_water and self.transport is not None:
-            self.paused = False
-            self.transport.resume_reading()
-        return data
-
-    async def wait_body(self) -> None:
-        """Until body bytes are held, the body ended, or it failed; at most ``read_timeout``."""
-        if self.buffer or self.body_done:
-            return
-        if self.error is not None:
-            raise self.error
-        self.waiter = waiter = self.loop.create_future()
-        timer = None
-        if self.read_timeout is not None:
-            seconds = self.read_timeout
-            timer = self.loop.call_later(seconds, self._timed_out, "body", seconds)
-        try:
-            await waiter
-        finally:
-            self.waiter = None
-            if timer is not None:
-                timer.cancel()
-
-    def _timed_out(self, what: str, seconds: float) -> None:
-        self.fail(ReadTimeout(f"no {what} bytes from the upstream for {seconds:g} s"))
 
     # --- writing --------------------------------------------------------------------------------
 

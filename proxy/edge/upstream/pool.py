@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from multidict import CIMultiDict
 
-from proxy.edge.upstream.connection import Connection, Limits
+from proxy.edge.upstream.connection import Connection
 from proxy.edge.upstream.errors import (
     ConnectError,
     ConnectTimeout,
@@ -32,6 +32,7 @@ from proxy.edge.upstream.errors import (
     UpstreamError,
 )
 from proxy.edge.upstream.head import LAST_CHUNK, chunk, request_head
+from proxy.edge.upstream.limits import Limits
 from proxy.edge.upstream.response import Response
 
 _DEFAULT_TLS: ssl.SSLContext | None = None

@@ -8,6 +8,7 @@ from aiohttp.helpers import parse_content_type
 from multidict import CIMultiDictProxy
 
 from proxy.edge.upstream.connection import Connection
+from proxy.edge.upstream.errors import ReadTimeout
 
 
 class Response:
@@ -80,7 +81,7 @@ class Response:
 
     def read_nowait(self) -> bytes:
         """What arrived of the body and was not read yet, without waiting."""
-        return self.connection.take()
+        return self._take(-1)
 
     async def read(self, limit: int = -1) -> bytes:
         """The next bytes of the body (at most ``limit`` if not negative); ``b""`` at its end."""
@@ -88,8 +89,50 @@ class Response:
         while not connection.buffer:
             if connection.body_done:
                 return b""
-            await connection.wait_body()
-        return connection.take(limit)
+            await self._wait()
+        return self._take(limit)
+
+    def _take(self, limit: int) -> bytes:
+        """Up to ``limit`` (all if negative) of the body bytes held; the socket is read again
+        once what is held is down to the low-water mark."""
+        connection = self.connection
+        buffer = connection.buffer
+        if not buffer:
+            if connection.error is not None:
+                raise connection.error
+            return b""
+        if len(buffer) == 1 and (limit < 0 or len(buffer[0]) <= limit):
+            data = buffer.popleft()
+        else:
+            data = b"".join(buffer)
+            buffer.clear()
+            if 0 <= limit < len(data):
+                buffer.append(data[limit:])
+                data = data[:limit]
+        connection.buffered -= len(data)
+        if connection.paused and connection.buffered <= connection.limits.low_water:
+            connection.paused = False
+            connection.resume_reading()
+        return data
+
+    async def _wait(self) -> None:
+        """Until body bytes are held, the body ended, or it failed; at most the read timeout
+        (``ReadTimeout``, and the connection is aborted)."""
+        connection = self.connection
+        if connection.error is not None:
+            raise connection.error
+        loop = connection.loop
+        connection.waiter = waiter = loop.create_future()
+        timer = None
+        if (seconds := connection.read_timeout) is not None:
+            error = ReadTimeout(f"no body bytes from the upstream for {seconds:g} s")
+            timer = loop.call_later(seconds, connection.fail, error)
+        try:
+            await waiter
+        finally:
+            connection.waiter = None
+            if timer is not None:
+                timer.cancel()
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives, a chunk at a time."""

@@ -1,7 +1,8 @@
-"""mend's own failures, and the one place aiohttp client errors are translated into them.
+"""mend's own failures, and the one place upstream client errors are translated into them.
 
 Like httpx's ``map_httpcore_exceptions``: the forwarder wraps the upstream call in
-``upstream_errors()``, and everything above it deals in ``ProxyFailure`` only.
+``upstream_errors()``, and everything above it deals in ``ProxyFailure`` only. The client
+(``proxy/edge/upstream``) raises one family, ``UpstreamError``.
 """
 
 from __future__ import annotations
@@ -10,8 +11,12 @@ import ssl
 from types import TracebackType
 from typing import Any
 
-import aiohttp
-
+from proxy.edge.upstream.errors import (
+    ConnectError,
+    ConnectTimeout,
+    RequestBodyFailed,
+    UpstreamError,
+)
 from proxy.policy.envelope import Applied
 
 
@@ -170,21 +175,15 @@ def tls_failure(error: ssl.SSLError) -> UpstreamTLSError:
 
 
 def _tls_error(exc: BaseException) -> ssl.SSLError | None:
-    """The TLS error behind what aiohttp raised, if one is: its connector wraps handshake and
-    certificate errors (``ClientConnectorCertificateError``, ``ClientSSLError``); an alert the
-    upstream sends after the handshake (TLS 1.3: a client certificate it requires) arrives as a
-    ``ClientOSError`` caused by an ``ssl.SSLError``.
+    """The TLS error behind what the client raised, if one is: a handshake or certificate error
+    is the cause of its ``ConnectError``; an alert the upstream sends after the handshake (TLS
+    1.3: a client certificate it requires) arrives while reading, the cause of a
+    ``Disconnected``.
 
     A TLS connection the upstream just closes (``SSLEOFError``, ``SSLZeroReturnError``) is not
     one: like a TCP reset, it may be a restart, and stays unreachable or a protocol error.
     """
-    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
-        candidates: tuple[object, ...] = (exc.certificate_error,)
-    elif isinstance(exc, aiohttp.ClientError):  # ClientConnectorSSLError is an SSLError itself
-        candidates = (getattr(exc, "os_error", None), exc.__cause__)
-    else:
-        candidates = (exc,)
-    for error in candidates:
+    for error in (exc, exc.__cause__):
         if isinstance(error, ssl.SSLError) and not isinstance(
             error, ssl.SSLEOFError | ssl.SSLZeroReturnError
         ):
@@ -202,7 +201,7 @@ def _own_cause(exc: BaseException) -> ProxyFailure | None:
 
 
 class upstream_errors:  # lower case: used as ``with upstream_errors():``, like a function
-    """Translate what aiohttp raises while talking to the upstream (subclasses first).
+    """Translate what the upstream client raises while talking to the upstream.
 
     A class, not ``@contextmanager``: it wraps every upstream call, and a generator-based
     context manager costs several times more to enter and leave.
@@ -218,22 +217,22 @@ class upstream_errors:  # lower case: used as ``with upstream_errors():``, like 
     ) -> None:
         if exc is None or isinstance(exc, ProxyFailure):
             return
-        if (own := _own_cause(exc)) is not None:
-            # mend failed inside aiohttp (the request body's reader: too large, too slow; the
-            # response head's guard), which wrapped what it caught: the request was on its way
+        if isinstance(exc, RequestBodyFailed) and (own := _own_cause(exc)) is not None:
+            # mend failed while sending the request body (too large, too slow): the request
+            # was on its way
             if own.applied == "no":
                 own.applied = "unknown"
             raise own from exc
-        if isinstance(exc, TimeoutError):  # aiohttp's connect and read timeouts included
-            timeout = UpstreamTimeout(type(exc).__name__)
-            if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        if isinstance(exc, TimeoutError):  # the client's connect and read timeouts included
+            timeout = UpstreamTimeout(str(exc) or type(exc).__name__)
+            if isinstance(exc, ConnectTimeout):
                 timeout.applied = "no"  # no connection in time: nothing was sent
             raise timeout from exc
-        if isinstance(exc, OSError) and (tls := _tls_error(exc)) is not None:
-            # before the generic connector error: a certificate is not a host that is down
+        if isinstance(exc, UpstreamError | OSError) and (tls := _tls_error(exc)) is not None:
+            # before the generic connect error: a certificate is not a host that is down
             raise tls_failure(tls) from exc
-        if isinstance(exc, aiohttp.ClientConnectorError):
-            raise UpstreamUnreachable(str(exc.os_error) or type(exc).__name__) from exc
-        if isinstance(exc, (aiohttp.ClientError, OSError, ValueError)):
-            # ServerDisconnectedError, ClientPayloadError, a malformed status line or header...
-            raise UpstreamProtocolError(type(exc).__name__) from exc
+        if isinstance(exc, ConnectError):
+            raise UpstreamUnreachable(str(exc) or type(exc).__name__) from exc
+        if isinstance(exc, (UpstreamError, OSError, ValueError)):
+            # Disconnected, ProtocolError (a malformed status line or header, a head too large)
+            raise UpstreamProtocolError(str(exc) or type(exc).__name__) from exc

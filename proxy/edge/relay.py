@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-import aiohttp
 from aiohttp import web
 from structlog.typing import FilteringBoundLogger
 
 from proxy.edge.failures import UpstreamResponseTooLarge, upstream_errors
 from proxy.edge.passthrough import PassedResponse, PassedStream, Redirect, passthrough_headers
+from proxy.edge.upstream import Response, UpstreamError
 from proxy.policy.protocols.base import Protocol
 from proxy.policy.protocols.sse import EventRewriter
 
@@ -41,7 +42,7 @@ STREAM_TYPES = frozenset(
 
 
 def buffered(
-    upstream: aiohttp.ClientResponse, raw: bytes, rid: str, redirect: Redirect | None = None
+    upstream: Response, raw: bytes, rid: str, redirect: Redirect | None = None
 ) -> web.StreamResponse:
     """The upstream's response with ``raw`` as its whole body."""
     return PassedResponse(
@@ -52,28 +53,37 @@ def buffered(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Passing:
+    """How one response passes: its request id, the waits and caps, and what rewrites it."""
+
+    rid: str
+    #: seconds the upstream may pause between bytes
+    idle_timeout: float
+    #: the most bytes a body may announce (``None``: no cap)
+    limit: int | None
+    log: FilteringBoundLogger
+    #: an event stream's rewriter (MCP over streamable HTTP)
+    events: EventRewriter | None = None
+    #: a last message for a stream the upstream broke (an event answering the call)
+    broken: Callable[[UpstreamError], bytes] | None = None
+    #: what names mend instead of the upstream in redirect headers
+    redirect: Redirect | None = None
+
+
 async def stream(
-    request: web.BaseRequest,
-    upstream: aiohttp.ClientResponse,
-    head: bytes,
-    *,
-    rid: str,
-    idle_timeout: float,
-    limit: int | None,
-    log: FilteringBoundLogger,
-    events: EventRewriter | None = None,
-    broken: Callable[[aiohttp.ClientError], bytes] | None = None,
-    redirect: Redirect | None = None,
+    request: web.BaseRequest, upstream: Response, head: bytes, how: Passing
 ) -> web.StreamResponse:
     """Pass a response through as it arrives: status, end-to-end headers, bytes (``head``
     first: what was read of it already). When the upstream fails mid-stream, ``broken`` may
     give a last message (an event answering the call) to end the stream with, not an abort.
 
     From here on the upstream may pause up to ``idle_timeout`` between bytes (an SSE stream, a
-    long-poll), not the ``read_timeout`` that bounded its headers. With ``events``, each event
-    goes out the moment it is complete, rewritten or not.
+    long-poll), not the ``read_timeout`` that bounded its headers and the body read so far.
+    With ``events``, each event goes out the moment it is complete, rewritten or not.
     """
-    _idle_timeout(upstream, idle_timeout)
+    limit, events, rid, redirect = how.limit, how.events, how.rid, how.redirect
+    upstream.idle(how.idle_timeout)
     if limit is not None and (upstream.content_length or 0) > limit:
         raise UpstreamResponseTooLarge(f"Content-Length {upstream.content_length} > {limit}")
     length = upstream.content_length
@@ -87,8 +97,8 @@ async def stream(
         # one write for headers and body instead of three when the whole body is here already,
         # as most API answers are; one still arriving streams from what came (never waited for)
         with upstream_errors():
-            head = upstream.content.read_nowait()
-        if upstream.content.at_eof():
+            head = upstream.read_nowait()
+        if upstream.at_eof():
             if events is not None:
                 head = await events.feed(head) + events.close()
             return buffered(upstream, head, rid, redirect)
@@ -101,41 +111,37 @@ async def stream(
     request[STARTED] = True
     began = time.perf_counter()
     try:
-        return await _relay(request, upstream, response, head, rid, log, events, broken)
+        return await _relay(request, upstream, response, head, how)
     finally:
         request[STREAMED] = time.perf_counter() - began
 
 
 async def _relay(
     request: web.BaseRequest,
-    upstream: aiohttp.ClientResponse,
+    upstream: Response,
     response: web.StreamResponse,
     head: bytes,
-    rid: str,
-    log: FilteringBoundLogger,
-    events: EventRewriter | None,
-    broken: Callable[[aiohttp.ClientError], bytes] | None,
+    how: Passing,
 ) -> web.StreamResponse:
     """The body, as it arrives, after the headers went out."""
+    events, broken = how.events, how.broken
     if head and events is not None:
         head = await events.feed(head)  # read before it was known to be still arriving
     if head:
         await response.write(head)
     try:
-        async for chunk in upstream.content.iter_any():
+        while chunk := await upstream.read():
             if events is not None:
-                chunk = await events.feed(chunk)  # noqa: PLW2901 (what goes out)
+                chunk = await events.feed(chunk)
                 if not chunk:
                     continue
             await response.write(chunk)
         if events is not None and (rest := events.close()):
             await response.write(rest)
-    except aiohttp.ClientError as exc:
-        if isinstance(exc, ConnectionResetError):
-            raise  # writing to the agent failed: it hung up (the caller logs a 499)
+    except UpstreamError as exc:  # the agent hanging up (a write failing) raises on: a 499
         # headers are gone already: the only honest signals left are a last event saying so
         # (an event stream whose call was not answered) or an aborted connection
-        log.warning("upstream_stream_broken", request_id=rid, error=type(exc).__name__)
+        how.log.warning("upstream_stream_broken", request_id=how.rid, error=type(exc).__name__)
         last = broken(exc) if broken is not None else b""
         if last:
             try:
@@ -152,7 +158,7 @@ async def _relay(
 
 
 async def read_capped(
-    upstream: aiohttp.ClientResponse, limit: int, deadline_s: float, *, give_up: bool = False
+    upstream: Response, limit: int, deadline_s: float, *, give_up: bool = False
 ) -> tuple[bytes, bool]:
     """The body if it has at most ``limit`` bytes, else its first ``limit + 1`` bytes, and
     whether that was the whole body; within ``deadline_s``: an upstream dripping a byte a
@@ -163,7 +169,7 @@ async def read_capped(
         try:
             async with asyncio.timeout(deadline_s):
                 while len(buf) <= limit:
-                    chunk = await upstream.content.read(limit + 1 - len(buf))
+                    chunk = await upstream.read(limit + 1 - len(buf))
                     if not chunk:
                         return bytes(buf), True
                     buf += chunk
@@ -173,25 +179,14 @@ async def read_capped(
     return bytes(buf), False  # all of it: a success streams on from here, byte for byte
 
 
-def is_stream(upstream: aiohttp.ClientResponse) -> bool:
+def is_stream(upstream: Response) -> bool:
     """A response that may never end or may pause: no length, or a streaming media type."""
     return upstream.content_length is None or upstream.content_type in STREAM_TYPES
 
 
-def may_hold_errors(
-    protocol: Protocol | None, upstream: aiohttp.ClientResponse, raw: bytes
-) -> bool:
+def may_hold_errors(protocol: Protocol | None, upstream: Response, raw: bytes) -> bool:
     """Whether a success read for inspection may hold an error: a protocol's cheap scan says so
     (a compressed body cannot be scanned); a REST success is for its rules to say."""
     if protocol is None or upstream.headers.get("Content-Encoding"):
         return True
     return protocol.may_hold_errors(raw)
-
-
-def _idle_timeout(upstream: aiohttp.ClientResponse, seconds: float) -> None:
-    """Let the upstream pause ``seconds`` between body bytes from now on (aiohttp's sock_read
-    timer, which bounded the wait for the headers, is rearmed with the new value)."""
-    connection = upstream.connection
-    if connection is not None and connection.protocol is not None:
-        connection.protocol.read_timeout = seconds
-        connection.protocol.start_timeout()

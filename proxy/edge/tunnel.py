@@ -20,28 +20,28 @@ Bounds, whatever either side sends:
 - **shutdown**: ``stop`` ends a session at once (mend's ``pre_shutdown``): past that aiohttp
   stops reading agents, and a tunnel must not go on relaying one way.
 
-Each side's aiohttp protocol (the agent's ``RequestHandler``, the upstream's ``ResponseHandler``)
-hands every byte it reads after the upgrade to the parser set on it, ``set_parser``, as aiohttp's
-own WebSocket classes do; here that parser is a ``_Relay`` writing the bytes to the other side.
+Each side's protocol hands every byte it reads after the upgrade to a ``_Relay`` writing them to
+the other side: the agent's aiohttp ``RequestHandler`` through ``set_parser``, as aiohttp's own
+WebSocket classes do; the upstream's ``proxy.edge.upstream.Connection`` through ``relay_to``,
+which first gives the bytes the upstream sent right behind its 101.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-import aiohttp
 from aiohttp import web
-from aiohttp.base_protocol import BaseProtocol
-from aiohttp.client_proto import ResponseHandler
 from aiohttp.http_writer import StreamWriter
 from multidict import CIMultiDict
 
 from proxy.edge.failures import UpstreamProtocolError
 from proxy.edge.forward import wants_upgrade
+from proxy.edge.upstream import Connection, Response
 
 #: A side's write buffer above this stops reading from the other side (bytes) ...
 HIGH_WATER = 64 << 10
@@ -59,6 +59,20 @@ class ClosedBy(StrEnum):
     TIMEOUT = "timeout"  # no byte either way for the idle timeout
     ERROR = "error"  # a relay failed (mend's side)
     SHUTDOWN = "shutdown"  # mend is stopping
+
+
+class Side(Protocol):
+    """One end of a tunnel, as its protocol shows it (the agent's or the upstream's)."""
+
+    @property
+    def transport(self) -> asyncio.Transport | None: ...
+
+    @property
+    def writing_paused(self) -> bool: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
 
 
 class Count(Protocol):
@@ -81,26 +95,27 @@ class _Relay:
     """The parser a side's protocol feeds every byte it reads: each chunk goes to the other side's
     transport as it is, and reading stops while that transport's buffer is over the mark.
 
-    Both aiohttp protocols call ``feed_data`` with each read and ``feed_eof`` when their
-    connection is lost; the client's may also call ``set_exception`` (see ``ResponseHandler``).
+    Both protocols call ``feed_data`` with each read and ``feed_eof`` when their connection is
+    lost; aiohttp's may also call ``set_exception``.
     """
 
-    __slots__ = ("_drained", "bytes", "count", "lost", "side", "sink", "source", "tunnel", "writer")
+    __slots__ = ("_drained", "bytes", "count", "drain", "lost", "side", "sink", "source", "tunnel")
 
     def __init__(
         self,
         tunnel: Tunnel,
         side: ClosedBy,
-        source: BaseProtocol,
-        sink: BaseProtocol,
+        source: Side,
+        sink: Side,
+        drain: Callable[[], Awaitable[None]],
         count: Count | None,
     ) -> None:
         self.tunnel = tunnel
         self.side = side  # who ended the session when the source's connection ends
         self.source = source
         self.sink = sink
+        self.drain = drain  # until the sink's write buffer is below its low mark
         self.count = count
-        self.writer = StreamWriter(sink, tunnel.loop)  # only for its drain()
         self.bytes = 0
         self.lost = asyncio.Event()
         self._drained: asyncio.Task[None] | None = None
@@ -123,7 +138,7 @@ class _Relay:
 
     async def _resume_when_drained(self) -> None:
         try:
-            await self.writer.drain()
+            await self.drain()
         except ConnectionError:
             return  # the sink is gone; the tunnel is ending
         finally:
@@ -158,7 +173,7 @@ class Tunnel:
     def __init__(
         self,
         request: web.BaseRequest,
-        upstream: aiohttp.ClientResponse,
+        upstream: Response,
         *,
         idle_timeout: float,
         counts: tuple[Count, Count] | None = None,
@@ -166,17 +181,16 @@ class Tunnel:
         """Raises ``UpstreamProtocolError`` for a 101 that cannot be relayed: one the agent did
         not ask for, or one without ``Upgrade`` and ``Connection: upgrade`` (aiohttp would parse
         the bytes after it as HTTP)."""
-        connection = upstream.connection
-        up = connection.protocol if connection is not None else None
+        up = upstream.connection
         if not wants_upgrade(request.headers):
             raise UpstreamProtocolError("101 Switching Protocols to a request asking no upgrade")
-        if up is None or not up.upgraded:
+        if not up.upgraded:
             raise UpstreamProtocolError("101 Switching Protocols without Upgrade")
         self.loop = asyncio.get_running_loop()
         self.request, self.upstream, self.idle_timeout = request, upstream, idle_timeout
         self.agent_protocol = request.protocol
-        self.upstream_protocol: ResponseHandler = up
-        # kept: aiohttp's protocols forget theirs as they close; a side may already be gone
+        self.upstream_protocol: Connection = up
+        # kept: the protocols forget theirs as they close; a side may already be gone
         self._agent_transport = request.transport
         self._upstream_transport = up.transport
         self._transports = [t for t in (self._agent_transport, self._upstream_transport) if t]
@@ -190,8 +204,11 @@ class Tunnel:
         self._idle: asyncio.TimerHandle | None = None
         to_up, to_agent = counts if counts is not None else (None, None)
         agent_side, upstream_side = self.agent_protocol, self.upstream_protocol
-        self.up = _Relay(self, ClosedBy.AGENT, agent_side, upstream_side, to_up)
-        self.down = _Relay(self, ClosedBy.UPSTREAM, upstream_side, agent_side, to_agent)
+        agent_drain = StreamWriter(agent_side, self.loop).drain
+        self.up = _Relay(self, ClosedBy.AGENT, agent_side, upstream_side, up.drain, to_up)
+        self.down = _Relay(
+            self, ClosedBy.UPSTREAM, upstream_side, agent_side, agent_drain, to_agent
+        )
 
     async def open(self, headers: CIMultiDict[str]) -> web.StreamResponse:
         """Send the agent the upstream's 101 with ``headers`` (its end-to-end ones; the two
@@ -246,19 +263,15 @@ class Tunnel:
         agent, upstream = self.agent_protocol, self.upstream_protocol
         for transport in self._transports:
             transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
-        # the tunnel's idle timeout replaces aiohttp's per-read timer on the upstream
-        upstream.read_timeout = None
         # the upstream first: the bytes it sent right after its 101 (its parser's tail) go to the
         # agent now, behind the 101; then what the agent sent after its request head, upstream
-        upstream.set_parser(self.down, self.down)
+        upstream.relay_to(self.down)
         agent.set_parser(self.up)  # type: ignore[arg-type]  # feed_data/feed_eof is all it uses
         agent.keep_alive(False)
         self._attached = True
         # a side lost before its parser was set had no one to tell: look
         if agent.transport is None:
-            self.up.feed_eof()
-        if upstream.transport is None:
-            self.down.feed_eof()
+            self.up.feed_eof()  # (``relay_to`` told the upstream's relay already)
 
     def _tick(self) -> None:
         deadline = self.last_byte + self.idle_timeout

@@ -14,9 +14,8 @@ import asyncio
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 from opentelemetry import trace as otel
@@ -326,6 +325,16 @@ class RequestTrace:
         span.end()
 
 
+class _Status(Protocol):
+    """What the span reads of an upstream response (``proxy.edge.upstream.Response``)."""
+
+    @property
+    def status(self) -> int: ...
+
+
+_Answer = TypeVar("_Answer", bound=_Status)
+
+
 class ClientSpan:
     """The upstream call's span: ended when the response head arrives or the call fails."""
 
@@ -334,7 +343,7 @@ class ClientSpan:
     def __init__(self, span: otel.Span) -> None:
         self.span = span
 
-    async def send(self, pending: Awaitable[aiohttp.ClientResponse]) -> aiohttp.ClientResponse:
+    async def send(self, pending: Awaitable[_Answer]) -> _Answer:
         span = self.span
         try:
             response = await pending

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import aiohttp
 from aiohttp import web
 
 from proxy.config.choices import ProtocolName
+from proxy.edge.upstream import UpstreamError
 from proxy.policy import json_depth as nesting
 from proxy.policy.evaluate import Evaluation, answer
 from proxy.policy.exchange import NOT_JSON
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from proxy.runtime.flow import Flow
 
     Stream = Callable[
-        [Flow, bytes, EventRewriter | None, Callable[[aiohttp.ClientError], bytes] | None],
+        [Flow, bytes, EventRewriter | None, Callable[[UpstreamError], bytes] | None],
         Awaitable[web.StreamResponse],
     ]
 
@@ -135,7 +135,7 @@ class EventStream:
         self.found.extend(made.evaluations)
         return event.with_data(made.rendered.body.decode("utf-8"))
 
-    def _broken(self, exc: aiohttp.ClientError) -> bytes:
+    def _broken(self, exc: UpstreamError) -> bytes:
         """The stream broke before the call was answered: an event answering it with mend's own
         failure (a hung tool: UPSTREAM_TIMEOUT, applied unknown)."""
         if self.answered:

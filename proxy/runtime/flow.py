@@ -22,10 +22,9 @@ from proxy.observation.request_id import request_id
 from proxy.policy.exchange import Exchange
 
 if TYPE_CHECKING:
-    import aiohttp
-
     from proxy.config.route import Route
     from proxy.edge.failures import ProxyFailure
+    from proxy.edge.upstream import Response
     from proxy.observation.traces import RequestTrace
     from proxy.policy.build import BuildOptions
     from proxy.policy.envelope import Envelope
@@ -59,7 +58,7 @@ class Flow:
     #: the operation whose circuit the request counts in (CONTRACT §7), when circuits are on
     operation: str | None = None
     #: the upstream's response, once its head arrived
-    upstream: aiohttp.ClientResponse | None = None
+    upstream: Response | None = None
     #: seconds from arrival to the upstream's response head
     upstream_s: float | None = None
     #: seconds spent waiting on the upstream: its response head, an error body being read

@@ -8,8 +8,8 @@ so a request in flight finishes on the configuration it started with, as nginx's
 finish theirs after ``nginx -s reload``.
 
 Connection pools outlive a reload when they can: a route whose upstream connections are made the
-same way (no TLS, the same read timeout and interim cap) hands its pool to the next generation.
-A pool no longer used (a route removed, its TLS or timeouts changed) is closed when the last
+same way (the same upstream, no TLS, the same interim cap) hands its pool to the next generation.
+A pool no longer used (a route removed, its upstream or TLS changed) is closed when the last
 request of its generation ends, never under one.
 """
 
@@ -19,7 +19,6 @@ import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-import aiohttp
 from structlog.typing import FilteringBoundLogger
 from yarl import URL
 
@@ -28,6 +27,7 @@ from proxy.config.settings import Settings
 from proxy.edge.forward import Upstreams
 from proxy.edge.redirect import UpstreamOrigin
 from proxy.edge.target import Origin
+from proxy.edge.upstream import Timeouts
 from proxy.policy.build import BuildOptions
 from proxy.policy.ruleengine import Loaded
 
@@ -37,7 +37,7 @@ class RouteRuntime:
     route: Route
     origin: Origin
     upstream_host: str | None
-    timeout: aiohttp.ClientTimeout
+    timeout: Timeouts
     #: how redirect headers name the upstream (``None``: the route does not rewrite them)
     redirects: UpstreamOrigin | None
 
@@ -46,9 +46,7 @@ class RouteRuntime:
         url = URL(route.upstream)
         host = url.host if url.is_default_port() else f"{url.host}:{url.port}"
         # to the response headers once the request is sent; between body bytes, see _stream
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=route.connect_timeout, sock_read=route.read_timeout
-        )
+        timeout = Timeouts(connect=route.connect_timeout, read=route.read_timeout)
         redirects = UpstreamOrigin.of(route.upstream) if route.rewrite_redirects else None
         return cls(route, Origin.parse(route.upstream), host, timeout, redirects)
 
@@ -175,8 +173,9 @@ class Generations:
 
 def _same_connections(old: Route, new: Route) -> bool:
     """Whether a pool made for ``old`` serves ``new`` as one made for it would. A TLS route
-    never hands over: its next pool reads the CA and client certificate files again."""
-    return old.tls is None and new.tls is None and old.read_timeout == new.read_timeout
+    never hands over: its next pool reads the CA and client certificate files again. A pool is
+    bound to its origin; timeouts are given with each request."""
+    return old.tls is None and new.tls is None and old.upstream == new.upstream
 
 
 def unverified(routes: Iterable[Route], logger: FilteringBoundLogger) -> None:

@@ -14,17 +14,52 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import aiohttp
 from structlog.typing import FilteringBoundLogger
 
-from proxy.config.certificates import client_tls
+from proxy.config.certificates import ClientTLS, client_tls
 from proxy.config.route import Route
 from proxy.config.settings import Settings
-from proxy.edge.forward import Upstreams
 from proxy.edge.target import Origin
+
+
+@dataclass
+class ProbeSessions:
+    """One aiohttp ``ClientSession`` per checked route, made when first probed, with the route's
+    TLS. Probes stay on aiohttp (the admin side, off the request path): their failure reasons
+    (``ClientConnectorError``...) are what ``/readyz`` has always said."""
+
+    tls: dict[str, ClientTLS] = field(default_factory=dict)
+    _sessions: dict[str, aiohttp.ClientSession] = field(default_factory=dict)
+
+    def session(self, route: str) -> aiohttp.ClientSession:
+        session = self._sessions.get(route)
+        if session is None:
+            tls = self.tls.get(route)
+            connector = aiohttp.TCPConnector(
+                limit=0, ttl_dns_cache=60, ssl=True if tls is None else tls.context
+            )
+            session = aiohttp.ClientSession(
+                connector=connector,
+                auto_decompress=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                trust_env=False,
+            )
+            self._sessions[route] = session
+        return session
+
+    def server_name(self, route: str) -> str | None:
+        tls = self.tls.get(route)
+        return tls.server_name if tls is not None else None
+
+    async def close(self) -> None:
+        sessions = list(self._sessions.values())
+        self._sessions.clear()
+        for session in sessions:
+            await session.close()
 
 
 @dataclass
@@ -42,7 +77,7 @@ class HealthChecks:
     """One probing task per checked route; ``unready()`` lists the routes failing now."""
 
     def __init__(
-        self, routes: tuple[Route, ...], upstreams: Upstreams, logger: FilteringBoundLogger
+        self, routes: tuple[Route, ...], upstreams: ProbeSessions, logger: FilteringBoundLogger
     ) -> None:
         self.routes = [r for r in routes if r.health_check is not None]
         self.upstreams = upstreams
@@ -59,10 +94,13 @@ class HealthChecks:
         check = route.health_check
         assert check is not None
         url = Origin.parse(route.upstream).url(check.path)
-        session = self.upstreams.session(route.name, check.timeout_s)
+        session = self.upstreams.session(route.name)
+        name = self.upstreams.server_name(route.name)
         try:
             async with asyncio.timeout(check.timeout_s):
-                async with session.get(url, allow_redirects=False) as response:
+                async with session.get(
+                    url, allow_redirects=False, server_hostname=name
+                ) as response:
                     await response.read()
         except TimeoutError:
             return False, f"no answer within {check.timeout_s:g} s"
@@ -112,7 +150,7 @@ class HealthChecks:
             task.cancel()
         kept = {r.name: self.state[r.name] for r in routes if r in self.routes}
         self.routes = list(routes)
-        self.upstreams = Upstreams(tls=client_tls(routes))
+        self.upstreams = ProbeSessions(tls=client_tls(routes))
         self.state = {r.name: kept.get(r.name) or RouteHealth(r.name) for r in routes}
         self.start()
         self._closing = asyncio.ensure_future(old_upstreams.close())
@@ -136,4 +174,4 @@ class _HasSettings(Protocol):
 def health_checks(settings: Settings, logger: FilteringBoundLogger) -> HealthChecks:
     """The checks of ``settings``' routes, on connection pools of their own (with each route's
     TLS), so a probe never waits behind agents' requests."""
-    return HealthChecks(settings.routes, Upstreams(tls=client_tls(settings.routes)), logger)
+    return HealthChecks(settings.routes, ProbeSessions(tls=client_tls(settings.routes)), logger)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 from structlog.typing import FilteringBoundLogger
 
 from proxy.edge.failures import ProxyBug, ProxyFailure, UpstreamProtocolError, upstream_errors
+from proxy.edge.upstream import UpstreamError
 from proxy.observation.metrics import Metrics
 from proxy.policy.crosscall.circuit import Blocked, open_answer
 from proxy.policy.evaluate import Answer, described, rewrite
@@ -79,8 +79,8 @@ def judge(
     exchange.retry_safe, exchange.destructive = verdict.safe, verdict.destructive
 
 
-def translated(exc: aiohttp.ClientError) -> ProxyFailure:
-    """The failure ``upstream_errors`` makes of what aiohttp raised mid-stream."""
+def translated(exc: UpstreamError) -> ProxyFailure:
+    """The failure ``upstream_errors`` makes of what the upstream client raised mid-stream."""
     try:
         with upstream_errors():
             raise exc

@@ -13,7 +13,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
-import aiohttp
 from aiohttp import web
 from structlog.typing import FilteringBoundLogger
 
@@ -26,6 +25,7 @@ from proxy.edge.forward import upstream_request_headers
 from proxy.edge.mcptools import internal as tool_calls
 from proxy.edge.openapi_gate import PRESET, OpenAPIGate
 from proxy.edge.target import upstream_target
+from proxy.edge.upstream import UpstreamError
 from proxy.observation.metrics import Metrics, RepeatTracker
 from proxy.observation.request_id import request_id
 from proxy.policy import upstream_body as bodies
@@ -185,20 +185,13 @@ class Proxy:
             upstream_host=runtime.upstream_host,
             preserve_host=route.preserve_host,
         )
-        session = flow.generation.upstreams.session(route.name, route.read_timeout)
+        pool = flow.generation.upstreams.pool(route.name, runtime.origin)
         # the CLIENT span, whose traceparent goes upstream in place of the agent's
         client = flow.trace.client(runtime, headers) if flow.trace is not None else None
         forward_at = time.perf_counter()
         try:
             with upstream_errors():
-                pending = session.request(
-                    request.method,
-                    runtime.origin.url(target),
-                    headers=headers,
-                    data=body,
-                    allow_redirects=False,
-                    timeout=runtime.timeout,
-                )
+                pending = pool.request(request.method, target, headers, body, runtime.timeout)
                 upstream = await (pending if client is None else client.send(pending))
         finally:
             flow.waited_s = time.perf_counter() - forward_at
@@ -298,16 +291,13 @@ class Proxy:
         flow: Flow,
         head: bytes = b"",
         events: EventRewriter | None = None,
-        broken: Callable[[aiohttp.ClientError], bytes] | None = None,
+        broken: Callable[[UpstreamError], bytes] | None = None,
     ) -> web.StreamResponse:
         """The response passed through as it arrives (``relay.stream``), under the route's
         ``idle_timeout`` and the configuration's ``response_body_max_bytes``."""
         assert flow.upstream is not None
         assert flow.runtime is not None
-        return await relay.stream(
-            flow.request,
-            flow.upstream,
-            head,
+        how = relay.Passing(
             rid=flow.request_id,
             idle_timeout=flow.runtime.route.idle_timeout,
             limit=flow.generation.settings.response_body_max_bytes,
@@ -316,6 +306,7 @@ class Proxy:
             broken=broken,
             redirect=flow.redirect(),
         )
+        return await relay.stream(flow.request, flow.upstream, head, how)
 
     async def _fail(self, flow: Flow, failure: ProxyFailure) -> None:
         """Mend's own envelope for ``failure``, through the same steps as an upstream's error."""

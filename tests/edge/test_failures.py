@@ -1,15 +1,14 @@
-"""aiohttp's client errors become mend's own failures, once, at the upstream boundary."""
+"""The upstream client's errors become mend's own failures, once, at the upstream boundary."""
 
 from __future__ import annotations
 
 import ssl
 
-import aiohttp
 import pytest
-from aiohttp.client_reqrep import ConnectionKey
 
 from proxy.edge.failures import (
     ProxyFailure,
+    RequestTimeout,
     RequestTooLarge,
     UpstreamProtocolError,
     UpstreamTimeout,
@@ -17,22 +16,35 @@ from proxy.edge.failures import (
     UpstreamUnreachable,
     upstream_errors,
 )
+from proxy.edge.upstream import (
+    ConnectError,
+    ConnectTimeout,
+    Disconnected,
+    ProtocolError,
+    ReadTimeout,
+    RequestBodyFailed,
+    UpstreamError,
+)
 
-KEY = ConnectionKey("api", 80, False, True, None, None, None)
+
+def _from(error: UpstreamError, cause: BaseException) -> UpstreamError:
+    """``error`` as the client raises it: caused by what the transport or the body raised."""
+    error.__cause__ = cause
+    return error
 
 
 @pytest.mark.parametrize(
     ("raised", "expected"),
     [
         (TimeoutError(), UpstreamTimeout),
-        (aiohttp.ServerTimeoutError("read"), UpstreamTimeout),
-        (aiohttp.ConnectionTimeoutError("connect"), UpstreamTimeout),
+        (ReadTimeout("read"), UpstreamTimeout),
+        (ConnectTimeout("connect"), UpstreamTimeout),
         (
-            aiohttp.ClientConnectorError(KEY, ConnectionRefusedError(111, "refused")),
+            _from(ConnectError("refused"), ConnectionRefusedError(111, "refused")),
             UpstreamUnreachable,
         ),
-        (aiohttp.ServerDisconnectedError(), UpstreamProtocolError),
-        (aiohttp.ClientPayloadError("bad chunk"), UpstreamProtocolError),
+        (Disconnected("closed before the response head"), UpstreamProtocolError),
+        (ProtocolError("malformed response: bad chunk"), UpstreamProtocolError),
         (ConnectionResetError(104, "reset"), UpstreamProtocolError),
         (ValueError("bad header"), UpstreamProtocolError),
     ],
@@ -42,6 +54,33 @@ def test_client_errors_are_translated(raised: Exception, expected: type[ProxyFai
     with pytest.raises(expected) as caught, upstream_errors():
         raise raised
     assert caught.value.__cause__ is raised
+
+
+@pytest.mark.parametrize(
+    ("raised", "applied"),
+    [
+        (ConnectTimeout("connect"), "no"),
+        (ConnectError("refused"), "no"),
+        (ReadTimeout("read"), "unknown"),
+        (Disconnected("reset"), "unknown"),
+        (ProtocolError("garbage"), "unknown"),
+    ],
+)
+def test_applied_says_whether_the_request_went_out(raised: Exception, applied: str) -> None:
+    """No connection: nothing was sent (``applied: no``); past it, ``unknown``."""
+    with pytest.raises(ProxyFailure) as caught, upstream_errors():
+        raise raised
+    assert caught.value.applied == applied
+
+
+def test_a_request_body_that_fails_mid_send_is_mends_failure_applied_unknown() -> None:
+    """mend's own failure while the body was being sent (the agent too slow) keeps its rule,
+    and ``applied`` becomes unknown: part of the request was on its way."""
+    own = RequestTimeout("agent paused")
+    with pytest.raises(RequestTimeout) as caught, upstream_errors():
+        raise _from(RequestBodyFailed("agent paused"), own)
+    assert caught.value is own
+    assert own.applied == "unknown"
 
 
 def test_mends_own_failures_pass_unchanged() -> None:
@@ -81,29 +120,29 @@ def _ssl_error(reason: str, kind: type[ssl.SSLError] = ssl.SSLError) -> ssl.SSLE
     ("raised", "detail"),
     [
         (
-            aiohttp.ClientConnectorCertificateError(
-                KEY, _verify_error(10, "certificate has expired")
-            ),
+            _from(ConnectError("verify"), _verify_error(10, "certificate has expired")),
             "upstream certificate expired: certificate has expired",
         ),
         (
-            aiohttp.ClientConnectorCertificateError(
-                KEY, _verify_error(20, "unable to get local issuer certificate")
+            _from(
+                ConnectError("verify"),
+                _verify_error(20, "unable to get local issuer certificate"),
             ),
             "upstream certificate unknown CA: unable to get local issuer certificate",
         ),
         (
-            aiohttp.ClientConnectorCertificateError(
-                KEY, _verify_error(62, "Hostname mismatch, certificate is not valid for 'api'.")
+            _from(
+                ConnectError("verify"),
+                _verify_error(62, "Hostname mismatch, certificate is not valid for 'api'."),
             ),
             "upstream certificate name mismatch: Hostname mismatch",
         ),
         (
-            aiohttp.ClientConnectorSSLError(KEY, _ssl_error("SSLV3_ALERT_HANDSHAKE_FAILURE")),
+            _from(ConnectError("handshake"), _ssl_error("SSLV3_ALERT_HANDSHAKE_FAILURE")),
             "TLS handshake failed: handshake refused by the upstream",
         ),
         (
-            aiohttp.ClientConnectorSSLError(KEY, _ssl_error("WRONG_VERSION_NUMBER")),
+            _from(ConnectError("handshake"), _ssl_error("WRONG_VERSION_NUMBER")),
             "does not speak TLS on this port",
         ),
         (_ssl_error("TLSV13_ALERT_CERTIFICATE_REQUIRED"), "client certificate required"),
@@ -120,10 +159,10 @@ def test_tls_errors_are_upstream_tls_errors(raised: Exception, detail: str) -> N
 
 def test_tls_alert_after_the_handshake_is_an_upstream_tls_error() -> None:
     """TLS 1.3: a client certificate the upstream requires is refused after mend's side of the
-    handshake, on the first read: aiohttp raises ``ClientOSError`` caused by the ``SSLError``."""
+    handshake, on the first read: the client's ``Disconnected`` is caused by the ``SSLError``."""
     alert = _ssl_error("TLSV13_ALERT_CERTIFICATE_REQUIRED")
     with pytest.raises(UpstreamTLSError, match="client certificate required"), upstream_errors():
-        raise aiohttp.ClientOSError(*alert.args) from alert
+        raise Disconnected("closed before the response head") from alert
 
 
 def test_tls_connection_closed_is_not_a_certificate_problem() -> None:
@@ -131,4 +170,4 @@ def test_tls_connection_closed_is_not_a_certificate_problem() -> None:
     stays UPSTREAM_UNREACHABLE, as a TCP reset would be."""
     eof = _ssl_error("UNEXPECTED_EOF_WHILE_READING", ssl.SSLEOFError)
     with pytest.raises(UpstreamUnreachable), upstream_errors():
-        raise aiohttp.ClientConnectorSSLError(KEY, eof)
+        raise ConnectError(str(eof)) from eof

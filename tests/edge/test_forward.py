@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-from types import SimpleNamespace
-from typing import Any
-
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from proxy.edge import forward
 from proxy.edge.forward import end_to_end, upstream_request_headers
 
 
@@ -97,55 +92,3 @@ def test_forwarded_for_appends_the_client(prior: str | None, expected: str) -> N
     assert out["X-Forwarded-Host"] == "mend.local"
     assert out["X-Request-ID"] == "req_1"
     assert "Connection" not in out
-
-
-class _FakeParser:
-    """Records what it is fed; each feed is parsed as one message with the status it starts."""
-
-    def __init__(self) -> None:
-        self.fed: list[bytes] = []
-
-    def feed_data(self, data: bytes) -> tuple[list[Any], bool, bytes]:
-        self.fed.append(data)
-        if len(data) < 12:
-            return [], False, b""  # not a whole status line yet
-        code = int(data[9:12]) if data.startswith(b"HTTP/1.") else 200
-        return [(SimpleNamespace(code=code), None)], False, b""
-
-
-async def test_a_final_head_first_is_parsed_whole_and_arms_no_timer() -> None:
-    """The 1xx guard costs a plain response nothing: no slicing, no timer."""
-    parser = _FakeParser()
-    guard = forward._HeadGuard(parser, 8, 5.0)
-    head = b"HTTP/1.1 500 Internal Server Error\r\n" + b"x" * 10_000
-    messages, _, _ = guard.feed_data(head)
-    assert parser.fed == [head]
-    assert guard.final
-    assert [m.code for m, _ in messages] == [500]
-    assert guard._timer is None
-    assert guard.settle() is False
-
-
-async def test_an_interim_head_first_is_sliced_and_starts_the_window() -> None:
-    """A 1xx (or a head too short to tell) goes the guarded way: sliced, the window started."""
-    parser = _FakeParser()
-    guard = forward._HeadGuard(parser, 8, 5.0)
-    guard.feed_data(b"HTTP/1.1 103 Early Hints\r\n\r\n")
-    assert guard.count == 1
-    assert guard._timer is not None
-    assert guard.settle() is False
-    assert guard._timer is None
-    short = forward._HeadGuard(_FakeParser(), 8, 5.0)
-    short.feed_data(b"HTTP/1.1 ")
-    assert short.count == 0
-
-
-async def test_the_window_expiring_times_the_head_out() -> None:
-    """When the final head is late after an interim one, waiting for it ends in TimeoutError,
-    as ``asyncio.timeout`` ended it."""
-    guard = forward._HeadGuard(_FakeParser(), 8, 0.01)
-    guard.feed_data(b"HTTP/1.1 100 Continue\r\n\r\n")
-    with pytest.raises(asyncio.CancelledError):
-        await asyncio.sleep(1)
-    assert guard.settle() is True
-    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]

@@ -226,15 +226,12 @@ async def test_connect_timeout_was_not_applied(start_mend: StartMend) -> None:
     assert (error["applied"], error["retryable"]) == ("no", True)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 29: aiohttp resends an idempotent request once after a reset"
-)
 async def test_reset_get_reaches_the_upstream_once(start_mend: StartMend) -> None:
     """A GET the upstream read and then reset is not sent again by mend behind the agent's back."""
     async with _upstream("reset") as (url, raw):
         mend = await _start(start_mend, url)
         async with asyncio.timeout(10):
-            response = await mend.client.get("/orders/7")  # no body: aiohttp can resend it
+            response = await mend.client.get("/orders/7")  # no body: aiohttp's client re-sent it
         assert response.headers["X-Error-Code"] == "UPSTREAM_PROTOCOL_ERROR"
     assert raw is not None
     assert raw.requests == 1

@@ -156,12 +156,12 @@ async def test_a_request_in_flight_finishes_on_the_configuration_it_started_with
     assert await running.who() == "B"
     old = next(iter(running.server.proxy.generations.draining))
     assert old.active == 1  # still serving the slow request, on its own pool
-    assert old.upstreams._sessions
+    assert old.upstreams._pools
     a.release.set()
     response = await in_flight
     assert await response.json() == {"upstream": "A", "slow": True}
     await eventually(
-        lambda: not running.server.proxy.generations.draining and not old.upstreams._sessions
+        lambda: not running.server.proxy.generations.draining and not old.upstreams._pools
     )
 
 

@@ -27,6 +27,8 @@ import orjson
 import structlog
 from structlog.typing import EventDict, FilteringBoundLogger, WrappedLogger
 
+from proxy.policy.shorten import shortened
+
 
 def _orjson_dumps(value: Any, **_: Any) -> str:
     return orjson.dumps(value, default=str).decode()
@@ -51,7 +53,7 @@ _EXCEPTION_MESSAGE_MAX = 500
 def one_line(text: str, limit: int) -> str:
     """``text`` with every run of whitespace (newlines too) one space, at most ``limit`` long."""
     flat = _WS.sub(" ", text[: limit * 4]).strip()
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return shortened(flat, limit)
 
 
 def _safe_str(value: object) -> str:

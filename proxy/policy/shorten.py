@@ -6,6 +6,10 @@ from __future__ import annotations
 ELLIPSIS = "\u2026"
 
 
-def shortened(text: str, limit: int) -> str:
-    """``text`` when it has at most ``limit`` characters, else its first ``limit - 1`` and ``…``."""
-    return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS
+def shortened(text: str, limit: int, *, tidy: bool = False) -> str:
+    """``text`` when it has at most ``limit`` characters, else its first ``limit - 1`` and ``…``
+    (with ``tidy``, the spaces before the ``…`` dropped: a sentence cut between two words)."""
+    if len(text) <= limit:
+        return text
+    kept = text[: limit - 1]
+    return (kept.rstrip() if tidy else kept) + ELLIPSIS

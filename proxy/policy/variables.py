@@ -10,6 +10,7 @@ from proxy.policy import upstream_detail as detail
 from proxy.policy.exchange import Exchange
 from proxy.policy.protocols import arguments
 from proxy.policy.regex import linear
+from proxy.policy.shorten import shortened
 
 #: Template variables read straight off the exchange (``protocol``, ``rpc_method``, ``tool``: what
 #: the agent's call was, from proxy/policy/protocols; ``None`` on plain HTTP).
@@ -67,7 +68,7 @@ def single_line(text: Any, limit: int = 500) -> str:
     """``text`` on one line (every run of whitespace one space), at most ``limit`` long."""
     # str.split() and re's \s both split at str.isspace(): the same as \s+ -> " " and a strip
     value = " ".join(str(text).split())
-    return value if len(value) <= limit else value[: limit - 1].rstrip() + "…"
+    return shortened(value, limit, tidy=True)
 
 
 def _message_from_json(doc: Any) -> str | None:

@@ -15,3 +15,10 @@ def test_a_long_text_ends_in_the_ellipsis_within_the_limit() -> None:
     cut = shortened("abcdef", 5)
     assert cut == "abcd" + ELLIPSIS
     assert len(cut) == 5
+
+
+def test_a_tidy_cut_drops_the_spaces_before_the_ellipsis() -> None:
+    """``tidy``: a sentence cut between two words ends in ``word…``, not ``word …``."""
+    assert shortened("one two three", 5, tidy=True) == "one…"
+    assert shortened("one two three", 5) == "one …"
+    assert shortened("one", 5, tidy=True) == "one"

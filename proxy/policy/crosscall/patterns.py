@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import importlib.resources
 
-import yaml
-
+from proxy.config.yamlfile import parse_yaml
 from proxy.policy.envelope import Category
 
 
@@ -15,7 +14,7 @@ def load_suggestions(text: str | None = None) -> dict[Category, str]:
         text = (importlib.resources.files("proxy.policy.crosscall") / "patterns.yaml").read_text(
             "utf-8"
         )
-    data = yaml.safe_load(text)
+    data, _ = parse_yaml(text, "patterns.yaml")
     if not isinstance(data, dict):
         raise ValueError("patterns.yaml: a mapping of category to suggestion")
     known = {c.value for c in Category}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 from aiohttp.helpers import parse_content_type
 from multidict import CIMultiDictProxy
@@ -125,27 +125,13 @@ class Response:
         connection.waiter = waiter = loop.create_future()
         timer = None
         if (seconds := connection.read_timeout) is not None:
-            error = ReadTimeout(f"no body bytes from the upstream for {seconds:g} s")
-            timer = loop.call_later(seconds, connection.fail, error)
+            timer = loop.call_later(seconds, _timed_out, connection, seconds)
         try:
             await waiter
         finally:
             connection.waiter = None
             if timer is not None:
                 timer.cancel()
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The body as it arrives, a chunk at a time."""
-        while chunk := await self.read():
-            yield chunk
-
-    async def body(self, limit: int) -> bytes:
-        """The whole body, read to its end, cut at ``limit`` bytes (for a health check)."""
-        buf = bytearray()
-        while chunk := await self.read():
-            if len(buf) < limit:
-                buf += chunk[: limit - len(buf)]
-        return bytes(buf)
 
     # --- the connection -------------------------------------------------------------------------
 
@@ -161,3 +147,9 @@ class Response:
         done, self._done = self._done, None
         if done is not None:
             done(self.connection, False)
+
+
+def _timed_out(connection: Connection, seconds: float) -> None:
+    """The read timeout fired: the wait ends in ``ReadTimeout`` (made only now, not for every
+    wait that ends in time)."""
+    connection.fail(ReadTimeout(f"no body bytes from the upstream for {seconds:g} s"))

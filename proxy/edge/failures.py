@@ -200,8 +200,32 @@ def _own_cause(exc: BaseException) -> ProxyFailure | None:
     return None
 
 
+def translated(exc: BaseException) -> ProxyFailure | None:
+    """The failure the upstream client's ``exc`` is (``None``: not the client's: a bug)."""
+    if isinstance(exc, RequestBodyFailed) and (own := _own_cause(exc)) is not None:
+        # mend failed while sending the request body (too large, too slow): the request
+        # was on its way
+        if own.applied == "no":
+            own.applied = "unknown"
+        return own
+    if isinstance(exc, TimeoutError):  # the client's connect and read timeouts included
+        timeout = UpstreamTimeout(str(exc) or type(exc).__name__)
+        if isinstance(exc, ConnectTimeout):
+            timeout.applied = "no"  # no connection in time: nothing was sent
+        return timeout
+    if isinstance(exc, UpstreamError | OSError) and (tls := _tls_error(exc)) is not None:
+        # before the generic connect error: a certificate is not a host that is down
+        return tls_failure(tls)
+    if isinstance(exc, ConnectError):
+        return UpstreamUnreachable(str(exc) or type(exc).__name__)
+    if isinstance(exc, (UpstreamError, OSError, ValueError)):
+        # Disconnected, ProtocolError (a malformed status line or header, a head too large)
+        return UpstreamProtocolError(str(exc) or type(exc).__name__)
+    return None
+
+
 class upstream_errors:  # lower case: used as ``with upstream_errors():``, like a function
-    """Translate what the upstream client raises while talking to the upstream.
+    """Translate what the upstream client raises while talking to the upstream (``translated``).
 
     A class, not ``@contextmanager``: it wraps every upstream call, and a generator-based
     context manager costs several times more to enter and leave.
@@ -217,22 +241,5 @@ class upstream_errors:  # lower case: used as ``with upstream_errors():``, like 
     ) -> None:
         if exc is None or isinstance(exc, ProxyFailure):
             return
-        if isinstance(exc, RequestBodyFailed) and (own := _own_cause(exc)) is not None:
-            # mend failed while sending the request body (too large, too slow): the request
-            # was on its way
-            if own.applied == "no":
-                own.applied = "unknown"
-            raise own from exc
-        if isinstance(exc, TimeoutError):  # the client's connect and read timeouts included
-            timeout = UpstreamTimeout(str(exc) or type(exc).__name__)
-            if isinstance(exc, ConnectTimeout):
-                timeout.applied = "no"  # no connection in time: nothing was sent
-            raise timeout from exc
-        if isinstance(exc, UpstreamError | OSError) and (tls := _tls_error(exc)) is not None:
-            # before the generic connect error: a certificate is not a host that is down
-            raise tls_failure(tls) from exc
-        if isinstance(exc, ConnectError):
-            raise UpstreamUnreachable(str(exc) or type(exc).__name__) from exc
-        if isinstance(exc, (UpstreamError, OSError, ValueError)):
-            # Disconnected, ProtocolError (a malformed status line or header, a head too large)
-            raise UpstreamProtocolError(str(exc) or type(exc).__name__) from exc
+        if (failure := translated(exc)) is not None:
+            raise failure from exc

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from proxy.config.choices import ProtocolName
+from proxy.edge.failures import UpstreamProtocolError, translated
 from proxy.edge.upstream import UpstreamError
 from proxy.policy import json_depth as nesting
 from proxy.policy.evaluate import Evaluation, answer
@@ -23,7 +24,7 @@ from proxy.policy.retry_safety import LISTING_MARKER
 from proxy.policy.ruleset import RuleSet
 from proxy.runtime import envelope_steps
 from proxy.runtime.envelope_steps import Step
-from proxy.runtime.own_failures import OwnFailures, translated
+from proxy.runtime.own_failures import OwnFailures
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -142,7 +143,8 @@ class EventStream:
             return b""
         own = replace(self.flow.exchange, text="")  # the stream's exchange keeps the 200
         try:
-            failed = self.own.answer(self.flow, own, translated(exc))
+            failure = translated(exc) or UpstreamProtocolError(type(exc).__name__)
+            failed = self.own.answer(self.flow, own, failure)
         except Exception as bug:  # the agent still gets the abort
             self.own.bug(bug)
             return b""

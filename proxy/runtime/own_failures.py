@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from structlog.typing import FilteringBoundLogger
 
-from proxy.edge.failures import ProxyBug, ProxyFailure, UpstreamProtocolError, upstream_errors
-from proxy.edge.upstream import UpstreamError
+from proxy.edge.failures import ProxyBug, ProxyFailure
 from proxy.observation.metrics import Metrics
 from proxy.policy.crosscall.circuit import Blocked, open_answer
 from proxy.policy.evaluate import Answer, described, rewrite
@@ -77,13 +76,3 @@ def judge(
     sent = call.document() if call is not None else None
     verdict = retry_safety.verdict(flow.route, exchange, sent)
     exchange.retry_safe, exchange.destructive = verdict.safe, verdict.destructive
-
-
-def translated(exc: UpstreamError) -> ProxyFailure:
-    """The failure ``upstream_errors`` makes of what the upstream client raised mid-stream."""
-    try:
-        with upstream_errors():
-            raise exc
-    except ProxyFailure as failure:
-        return failure
-    return UpstreamProtocolError(type(exc).__name__)  # not reached: every ClientError maps

@@ -152,6 +152,9 @@ class Count:
         protocol = answer.protocol.name.value if answer.protocol else ProtocolName.HTTP.value
         trace_id = flow.trace.sampled_id if flow.trace is not None else None
         request = flow.request
+        fingerprint = (
+            f"{request.remote}|{request.method}|{request.path_qs}|{request.content_length}"
+        )
         for evaluation in answer.evaluations:
             envelope = evaluation.envelope
             self.metrics.envelope(
@@ -162,9 +165,6 @@ class Count:
                 trace_id=trace_id,
             )
             self.metrics.redacted(evaluation.redactions)
-            fingerprint = (
-                f"{request.remote}|{request.method}|{request.path_qs}|{request.content_length}"
-            )
             if self.repeats.seen_again(fingerprint, envelope.code):
                 self.metrics.repeated(exchange.route, envelope.code, envelope.action.value)
         return answer

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,9 +14,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import BaseTestServer, TestClient, TestServer
 from prometheus_client import CollectorRegistry
+from yarl import URL
 
 from proxy.config.route import Route
 from proxy.config.settings import Settings
+from proxy.edge.server import Listener
 from proxy.observation.logs import make_logger
 from proxy.runtime.app import MendServer, create_app
 
@@ -28,10 +31,32 @@ class MendTestServer(BaseTestServer):
 
     def __init__(self, server: MendServer, **kwargs: Any) -> None:
         self.mend = server
+        self.listener = Listener(server, shutdown_timeout=5.0)
         super().__init__(**kwargs)
 
-    async def _make_runner(self, **kwargs: Any) -> web.ServerRunner:
-        return web.ServerRunner(self.mend, **kwargs)
+    async def start_server(self, loop: Any = None, **kwargs: Any) -> None:
+        if self.listener.bound:
+            return
+        ssl_context = kwargs.pop("ssl", None)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port or 0))
+        self.port = sock.getsockname()[1]
+        await self.listener.adopt(sock, ssl_context)
+        self.scheme = self.scheme or ("https" if ssl_context else "http")
+        self._root = URL(f"{self.scheme}://{self.host}:{self.port}")
+
+    @property
+    def started(self) -> bool:
+        return bool(self.listener.bound)
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self.listener.close()
+
+    async def _make_runner(self, **kwargs: Any) -> web.BaseRunner:
+        raise NotImplementedError("served by proxy.edge.server.Listener")
 
 
 @dataclass

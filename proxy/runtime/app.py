@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -17,8 +17,8 @@ from structlog.typing import FilteringBoundLogger
 from proxy.config.settings import Settings
 from proxy.edge.catalog import BASE as CATALOG_BASE
 from proxy.edge.catalog import Catalog, catalog_pages
-from proxy.edge.connection import AgentServer
 from proxy.edge.mcptools.mcp_server import ToolServers
+from proxy.edge.server import AgentServer, Limits
 from proxy.observation.logs import make_logger
 from proxy.observation.metrics import Metrics
 from proxy.policy.crosscall.view import CrossCall
@@ -34,29 +34,28 @@ class MendServer(AgentServer):
     """The agent port: the error catalog's pages, the MCP servers of ``mcp_tools:`` routes, and
     every other request proxied.
 
-    aiohttp's low-level server rather than an ``Application``: an application's router,
-    middleware chain and response signals cost about 8 % of the instructions of a proxied
-    request (callgrind, ``/ok``), and the catalog and the MCP tools are the only things on this
-    port that are not the proxy. Non-GET requests and other paths under ``/_mend/`` are the
-    upstream's, as before.
+    mend's own server (``proxy/edge/server``) rather than aiohttp's: the catalog and the MCP
+    tools are the only things on this port that are not the proxy, and no router is needed.
+    Non-GET requests and other paths under ``/_mend/`` are the upstream's, as before.
     """
 
-    def __init__(
-        self, proxy: Proxy, catalog: Catalog, tools: ToolServers | None = None, **kwargs: Any
-    ) -> None:
+    def __init__(self, proxy: Proxy, catalog: Catalog, tools: ToolServers | None = None) -> None:
         settings = proxy.generation().settings  # connections are opened as at start (restart)
+        limits = Limits(
+            header_timeout=settings.client_header_timeout,
+            keepalive_timeout=settings.keepalive_timeout,
+            max_line=settings.max_request_line,
+            max_field=settings.max_header_size,
+            max_headers=settings.max_headers,
+        )
         super().__init__(
             self._dispatch,
             refuse=proxy.refuse,
-            header_timeout=settings.client_header_timeout,
+            limits=limits,
             max_connections=settings.max_connections,
             max_per_client=settings.max_connections_per_client,
+            log=proxy.log,
             on_idle_closed=proxy.metrics.idle_closed.inc,
-            keepalive_timeout=settings.keepalive_timeout,
-            max_line_size=settings.max_request_line,
-            max_field_size=settings.max_header_size,
-            max_headers=settings.max_headers,
-            **kwargs,
         )
         self.proxy = proxy
         self.catalog = catalog
@@ -79,12 +78,12 @@ class MendServer(AgentServer):
         return await self.proxy.handle(request)
 
     def pre_shutdown(self) -> None:
-        # WebSocket sessions first: past this aiohttp drops what agents send (it stops reading
-        # requests), which a tunnel must not do while relaying the other way
+        # WebSocket sessions first: past this no new request is read, and a tunnel must end
+        # cleanly while it still relays the other way
         self.proxy.stop_tunnels()
         super().pre_shutdown()
 
-    async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (aiohttp API)
+    async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """End the MCP servers' sessions, drain the agents' connections, then close the
         upstream pools they were using."""
         await self.tools.close()  # first: its sessions' event streams would hold the drain
@@ -106,7 +105,8 @@ def create_app(
     source: Callable[[], Settings] | None = None,
     tracer: Tracer | None = None,
 ) -> MendServer:
-    """The agent-facing server (serve it with ``web.ServerRunner``). May raise ``RuleError``.
+    """The agent-facing server (serve it with ``proxy.edge.server.Listener``). May raise
+    ``RuleError``.
     With a ``source`` (``ConfigSource.load``), reloads read the settings again too."""
     metrics = Metrics(registry)
     store = RuleStore(
@@ -120,5 +120,4 @@ def create_app(
     store.on_reload.append(catalog.refresh)
     tools = tool_servers(proxy)
     store.on_reload.append(tools.reloaded)
-    # mend writes its own access log line (runtime/record.py); aiohttp's would be a second one
-    return MendServer(proxy, catalog, tools, access_log=None)
+    return MendServer(proxy, catalog, tools)

@@ -12,6 +12,7 @@ import contextlib
 import gc
 import os
 import signal
+import ssl
 import sys
 from collections.abc import Callable
 
@@ -30,6 +31,7 @@ from proxy.config.settings import Settings, parse_hostport
 from proxy.config.sources import ConfigSource
 from proxy.config.yamlfile import RuleError
 from proxy.edge.limits import FdWatch, connection_budget, raise_nofile
+from proxy.edge.server import Listener
 from proxy.edge.tls import ListenerCertificate, reload_counter
 from proxy.observation import tracing
 from proxy.observation.logs import LineWriter, make_logger, route_stdlib_logging
@@ -178,22 +180,29 @@ def _reader(source: ConfigSource | None, nofile: int) -> Callable[[], Settings] 
     return lambda: _within_file_limit(source.load(), nofile)
 
 
-#: A listener: its runner, its HOST:PORT, and the certificate it serves (None: plain HTTP).
+#: The admin listener: its runner, its HOST:PORT, and the certificate it serves (None: plain).
 _Site = tuple[web.BaseRunner, str, ListenerCertificate | None]
+#: The agent listener, its HOST:PORT and certificate.
+_Agent = tuple[Listener, str, ListenerCertificate | None]
 
 
-async def _open(sites: list[_Site], store: RuleStore, *, worker: bool) -> None:
-    """Each listener bound and serving; a certificate follows the files the settings name."""
+def _tls(cert: ListenerCertificate | None, store: RuleStore) -> ssl.SSLContext | None:
+    """A listener's TLS context, following the files the settings name; ``None``: plain."""
+    if cert is None:
+        return None
+    store.on_reload.append(cert.follow(store))
+    return cert.context
+
+
+async def _open(agent: _Agent, sites: list[_Site], store: RuleStore, *, worker: bool) -> None:
+    """Each listener bound and serving: the agent port (shared by workers), then admin."""
+    listener, address, certificate = agent
+    host, port = parse_hostport(address)
+    await listener.listen(host, port, ssl_context=_tls(certificate, store), reuse_port=worker)
     for runner, address, cert in sites:
         await runner.setup()
         host, port = parse_hostport(address)
-        ssl_context = None
-        if cert is not None:
-            store.on_reload.append(cert.follow(store))
-            ssl_context = cert.context
-        await web.TCPSite(
-            runner, host, port, backlog=1024, reuse_port=worker or None, ssl_context=ssl_context
-        ).start()
+        await web.TCPSite(runner, host, port, backlog=1024, ssl_context=_tls(cert, store)).start()
 
 
 async def _serve(
@@ -232,9 +241,8 @@ async def _serve(
     # certificates reload with the rules: SIGHUP, POST /-/reload and the watcher reach them all
     tls_reloads = reload_counter(registry)
     certificate = ListenerCertificate.for_listener(settings, "agent", logger, tls_reloads)
-    sites: list[_Site] = [
-        (web.ServerRunner(server, shutdown_timeout=grace), settings.listen, certificate)
-    ]
+    agent: _Agent = (Listener(server, grace), settings.listen, certificate)
+    sites: list[_Site] = []
     if not worker:
         admin = create_admin_app(store, registry, logger, token=settings.admin_token, health=health)
         sites.append(
@@ -245,13 +253,13 @@ async def _serve(
             )
         )
     settle_heap()
-    await _open(sites, store, worker=worker)
+    await _open(agent, sites, store, worker=worker)
     logger.info(
         "started",
         version=__version__,
         listen=settings.listen,
         admin_listen=None if worker else settings.admin_listen,
-        tls=[cert.listener for _, _, cert in sites if cert is not None] or None,
+        tls=[cert.listener for _, _, cert in (agent, *sites) if cert is not None] or None,
         worker=worker or None,
         rules=store.engine.rule_count,
         routes=[r.name for r in settings.routes],
@@ -281,3 +289,4 @@ async def _serve(
         await watcher.stop()
     for runner, _, _ in reversed(sites):
         await runner.cleanup()
+    await agent[0].close()

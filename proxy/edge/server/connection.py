@@ -1,0 +1,459 @@
+"""One agent's HTTP/1 connection: llhttp (``httptools``) reads its requests, one runs at a time.
+
+An asyncio Protocol, as uvicorn's ``httptools`` server is built: each request head parsed
+becomes aiohttp's ``BaseRequest`` (``head.py``) and runs as one task; its body streams into the
+request's ``StreamReader`` as it arrives, the socket paused while the reader is full. Requests
+pipelined behind it wait their turn (at most ``max_queued``, then the socket is not read).
+Responses go out through aiohttp's ``StreamWriter``, so every response class keeps working.
+
+What nginx and Envoy bound by default is bounded here (``limits.py``):
+
+- a **header timeout**: from the first byte of a request head to its last; a client dripping its
+  headers is disconnected, whatever the keep-alive timer says;
+- a **keep-alive timeout**: a connection idle before its first request or between two is closed;
+- **head sizes**: the target (414), each field, the field count and the whole head (431), checked
+  as bytes arrive, never after buffering them;
+- **envelopes for requests mend refuses itself** (400, 414, 431, a handler's bug as 500), with a
+  request id and one log line, through the server's ``refuse``; the connection closes after it.
+
+An agent that hangs up mid-request fails its request's body read and response writes with
+``ConnectionResetError`` (the proxy's 499). After a response, a body the handler did not read is
+read and dropped for up to ``lingering_s`` so the agent sees the response, then the connection
+is closed; a request whose ``Expect: 100-continue`` was never answered is closed at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+import httptools
+from aiohttp import web
+from aiohttp.base_protocol import BaseProtocol
+from aiohttp.http import HttpVersion, HttpVersion11, RawRequestMessage
+from aiohttp.http_writer import StreamWriter
+from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
+
+from proxy.edge.failures import (
+    HeadersTooLarge,
+    MalformedRequest,
+    ProxyBug,
+    ProxyFailure,
+    UriTooLong,
+)
+from proxy.edge.server import head
+
+if TYPE_CHECKING:
+    from proxy.edge.server.listener import AgentServer
+
+Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+
+#: How much of a request body is held before the socket stops being read (aiohttp's limit).
+BODY_BUFFER = 2**16
+
+
+class Sink(Protocol):
+    """Where an upgraded connection's bytes go (``proxy/edge/tunnel.py``'s relay)."""
+
+    def feed_data(self, data: bytes) -> object: ...
+
+    def feed_eof(self) -> None: ...
+
+
+class _Refuse(Exception):
+    """Stops the parser: the request is refused with ``failure``."""
+
+    def __init__(self, failure: ProxyFailure) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+
+
+class AgentConnection(BaseProtocol):
+    """One agent's connection (see the module's docstring)."""
+
+    def __init__(self, server: AgentServer) -> None:
+        super().__init__(server.loop)
+        self.server, self.limits = server, server.limits
+        self.parser = httptools.HttpRequestParser(self)
+        self.peername: Any = None
+        self.sockname: Any = None
+        self.ssl_context: Any = None
+        #: a response went out on this connection: between requests it is an idle keep-alive
+        self.served = False
+        #: past the connection cap: its first request is answered with a 503 and it closes
+        self.over_limit = False
+        # the head being parsed
+        self._in_head = False
+        self._head_bytes = 0
+        self._target = b""
+        self._raw: list[tuple[bytes, bytes]] = []
+        #: the body being parsed into a request's reader
+        self._body: StreamReader | None = None
+        #: requests parsed, waiting their turn, each with what answers it
+        self._queue: deque[tuple[web.BaseRequest, Handler]] = deque()
+        self._current: web.BaseRequest | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self.idle_until: float | None = None
+        #: no request after the one running (refused, closing, shut down, tunnelled)
+        self._closing = False
+        #: a request was refused: nothing after it is read
+        self._refused = False
+        #: an upgrade request's head was parsed: what follows is not HTTP until it is answered
+        self._upgrade = False
+        self._tail = b""
+        self._sink: Sink | None = None
+        self._idle_waiter: asyncio.Future[None] | None = None
+
+    # --- the transport --------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.peername = transport.get_extra_info("peername")
+        self.sockname = transport.get_extra_info("sockname")
+        self.ssl_context = transport.get_extra_info("sslcontext")
+        self.server.connection_made(self, cast(asyncio.Transport, transport))
+        self._wait_idle()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.server.connection_lost(self)
+        super().connection_lost(exc)
+        self._closing = True
+        self._cancel_timers()
+        self._queue.clear()
+        lost = exc if exc is not None else ConnectionResetError("Connection lost")
+        if self._body is not None:
+            self._body.set_exception(lost)
+            self._body = None
+        if self._current is not None:
+            self._current._cancel(lost)
+        if self._sink is not None:
+            self._sink.feed_eof()
+        self._woken()
+
+    def pause_reading(self) -> None:
+        self._reading_paused = True
+        self._pause_transport_reading()
+
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        self._reading_paused = False
+        if not self._buffer_paused:
+            self._resume_transport_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self._sink is not None:
+            self._sink.feed_data(data)
+            return
+        if self._closing or self._refused:
+            return
+        if self._upgrade:  # held until the upgrade is answered (a tunnel, or HTTP again)
+            self._tail += data
+            if len(self._tail) > self.limits.max_head:
+                self._pause_reading_for_buffer()
+            return
+        self._head_bytes += len(data) if self._in_head or self._current is None else 0
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as exc:
+            self._upgrade = True
+            self._tail = data[exc.args[0] :]
+        except _Refuse as exc:
+            self._refuse(exc.failure)
+        except httptools.HttpParserError as exc:
+            if isinstance(exc.__context__, _Refuse):
+                self._refuse(exc.__context__.failure)
+            else:
+                self._refuse(MalformedRequest(str(exc)[:200] or type(exc).__name__))
+        else:
+            if self._in_head and self._head_bytes > self.limits.max_head:
+                self._refuse(HeadersTooLarge("request head too large", limit=self.limits.max_head))
+
+    # --- llhttp's callbacks ---------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._in_head = True
+        self._target, self._raw = b"", []
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = self.idle_until = None
+        if self._head_timer is None:
+            self._head_timer = self._loop.call_later(self.limits.header_timeout, self._head_late)
+
+    def on_url(self, url: bytes) -> None:
+        self._target += url
+        if len(self._target) > self.limits.max_line:
+            limit = self.limits.max_line
+            raise _Refuse(UriTooLong(f"request target over {limit} bytes", limit=limit))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        limits = self.limits
+        if len(name) + len(value) + 2 > limits.max_field:
+            raise _Refuse(
+                HeadersTooLarge(
+                    f"header field over {limits.max_field} bytes", limit=limits.max_field
+                )
+            )
+        self._raw.append((name, value))
+        if len(self._raw) > limits.max_headers:
+            raise _Refuse(HeadersTooLarge("Too many headers", limit=limits.max_headers))
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._head_bytes = 0
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        parser = self.parser
+        method = parser.get_method().decode("ascii", "replace")
+        try:
+            message = head.message(
+                method,
+                self._target.decode("utf-8", "surrogateescape"),
+                _version(parser.get_http_version()),
+                self._raw,
+                keep_alive=parser.should_keep_alive(),
+                upgrade=parser.should_upgrade(),
+            )
+        except head.InvalidTarget as exc:
+            raise _Refuse(MalformedRequest(f"invalid request target {exc}")) from None
+        body = EMPTY_PAYLOAD
+        if _has_body(message):
+            body = self._body = StreamReader(self, BODY_BUFFER, loop=self._loop)
+        self._queue.append((self._request(message, body), self.server.handler))
+        if self._current is None:
+            self._next()
+        elif len(self._queue) >= self.limits.max_queued:
+            self._pause_reading_for_buffer()
+
+    def on_body(self, body: bytes) -> None:
+        if self._body is not None:
+            self._body.feed_data(body)
+
+    def on_message_complete(self) -> None:
+        if self._body is not None:
+            self._body.feed_eof()
+            self._body = None
+
+    # --- running requests -----------------------------------------------------------------------
+
+    def _request(self, message: RawRequestMessage, body: StreamReader) -> web.BaseRequest:
+        writer = StreamWriter(self, self._loop)
+        task = cast("asyncio.Task[None]", None)  # set when it runs (``_next``)
+        return web.BaseRequest(message, body, cast(Any, self), writer, task, self._loop)
+
+    def _next(self) -> None:
+        request, handler = self._queue.popleft()
+        if self._buffer_paused and len(self._queue) < self.limits.max_queued:
+            self._resume_reading_for_buffer()
+        self._current = request
+        self._task = task = self._loop.create_task(self._run(request, handler))
+        request._task = task
+
+    async def _run(self, request: web.BaseRequest, handler: Handler) -> None:
+        try:
+            response = await self._answer(request, handler)
+            if response is not None:
+                await self._after(request, response)
+        finally:
+            self._current = self._task = None
+            request._task = cast("asyncio.Task[None]", None)  # no cycle through the task
+        if self._closing or self.transport is None:
+            self._close()
+        elif self._upgrade and self._sink is None:
+            self._http_again()
+        elif self._queue:
+            self._next()
+        else:
+            self._wait_idle()
+
+    async def _answer(
+        self, request: web.BaseRequest, handler: Handler
+    ) -> web.StreamResponse | None:
+        """The response, sent; ``None`` when the agent is gone or the connection must close."""
+        try:
+            try:
+                response = await handler(request)
+            except Exception as exc:  # a bug above the edge: mend's envelope, not a traceback
+                self.server.bug(exc)
+                response = self._refusal(request, ProxyBug(type(exc).__name__))
+            await response.prepare(request)
+            await response.write_eof()
+        except ConnectionError:
+            self._closing = True
+            return None
+        except asyncio.CancelledError:
+            self._closing = True
+            raise
+        except Exception as exc:  # writing the response failed (a header mend cannot send)
+            self.server.bug(exc)
+            self._closing = True
+            if request.writer.output_size == 0:
+                await self._last_words(request, ProxyBug(type(exc).__name__))
+            return None
+        self.served = True
+        return response
+
+    async def _after(self, request: web.BaseRequest, response: web.StreamResponse) -> None:
+        """Whether the connection goes on: the response's say, and the body read to its end."""
+        if not response.keep_alive:
+            self._closing = True
+            return
+        body = request.content
+        if body.is_eof() or self._closing:
+            return
+        if request.headers.get("Expect", "").lower() == "100-continue":
+            self._closing = True  # never answered with a 100: the body may never come
+            return
+        try:
+            async with asyncio.timeout(self.limits.lingering_s):
+                while not body.is_eof():
+                    await body.readany()
+        except (TimeoutError, ConnectionError):
+            self._closing = True
+
+    def _refusal(self, request: web.BaseRequest, failure: ProxyFailure) -> web.StreamResponse:
+        response = self.server.refuse(request, failure)
+        response.force_close()
+        return response
+
+    async def _last_words(self, request: web.BaseRequest, failure: ProxyFailure) -> None:
+        try:
+            response = self._refusal(request, failure)
+            await response.prepare(request)
+            await response.write_eof()
+        except Exception as exc:  # nothing more can be said on this connection
+            self.server.bug(exc)
+
+    def _refuse(self, failure: ProxyFailure) -> None:
+        """The request being parsed is refused: its envelope, after those before it; then the
+        connection closes."""
+        self._cancel_head_timer()
+        if self._body is not None:  # a body that breaks off (a bad chunk): its request ends too
+            self._body.set_exception(ConnectionResetError(str(failure)))
+            self._body = None
+            self._closing = True
+            return
+        self._refused, self._in_head = True, False
+        request = self._request(head.UNREADABLE, EMPTY_PAYLOAD)
+        self._queue.append((request, lambda r: _answered(self._refusal(r, failure))))
+        if self._current is None:
+            self._next()
+
+    def _http_again(self) -> None:
+        """An upgrade the upstream declined: what came after its head is HTTP again."""
+        self._upgrade = False
+        self.parser = httptools.HttpRequestParser(self)
+        tail, self._tail = self._tail, b""
+        if self._buffer_paused and len(self._queue) < self.limits.max_queued:
+            self._resume_reading_for_buffer()
+        self._wait_idle()
+        if tail:
+            self.data_received(tail)
+
+    # --- timers, the tunnel, closing ------------------------------------------------------------
+
+    def _wait_idle(self) -> None:
+        self.idle_until = self._loop.time() + self.limits.keepalive_timeout
+        self._idle_timer = self._loop.call_at(self.idle_until, self._idle_late)
+        self._woken()
+
+    def _idle_late(self) -> None:
+        self._idle_timer = self.idle_until = None
+        if self._current is None and not self._in_head and not self._queue:
+            self._close()
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if self._in_head or (self._current is None and not self._queue):
+            self._abort()
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _cancel_timers(self) -> None:
+        self._cancel_head_timer()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = self.idle_until = None
+
+    def set_parser(self, sink: Sink) -> None:
+        """A tunnel takes the connection: every byte from now on (and those already read after
+        the upgrade request's head) goes to ``sink``."""
+        self._sink = sink
+        tail, self._tail = self._tail, b""
+        if tail:
+            sink.feed_data(tail)
+        if self._buffer_paused:
+            self._resume_reading_for_buffer()
+
+    def keep_alive(self, value: bool) -> None:
+        """``False``: no request after the one running."""
+        if not value:
+            self._closing = True
+
+    @property
+    def is_idle(self) -> bool:
+        """No request running, queued or being read."""
+        return self._current is None and not self._queue and not self._in_head
+
+    def close_idle(self) -> None:
+        """Shutting down: no new request; an idle connection is closed now."""
+        self._closing = True
+        if self.is_idle and self._sink is None:
+            self._close()
+
+    async def shutdown(self, timeout: float | None) -> None:  # noqa: ASYNC109 (a grace, not a deadline)
+        """Let the request running finish within ``timeout``; then cancel it and close."""
+        self._closing = True
+        task = self._task
+        if task is not None and not task.done():
+            await asyncio.wait([task], timeout=timeout)
+            if not task.done():
+                if self._current is not None:
+                    self._current._cancel(asyncio.CancelledError())
+                task.cancel()
+                await asyncio.wait([task], timeout=timeout)
+        self._close()
+
+    def _woken(self) -> None:
+        if self._idle_waiter is not None and not self._idle_waiter.done():
+            self._idle_waiter.set_result(None)
+
+    def _close(self) -> None:
+        self._cancel_timers()
+        if self.transport is not None:
+            self.transport.close()
+
+    def _abort(self) -> None:
+        self._closing = True
+        self._cancel_timers()
+        if self.transport is not None:
+            self.transport.abort()
+
+    def force_close(self) -> None:
+        """Closed now, whatever it is doing (a connection closed to make room at the cap)."""
+        self._closing = True
+        self._close()
+
+
+def _version(text: str) -> HttpVersion:
+    if text == "1.1":
+        return HttpVersion11
+    major, _, minor = text.partition(".")
+    return HttpVersion(int(major), int(minor or 0))
+
+
+def _has_body(message: RawRequestMessage) -> bool:
+    if message.chunked:
+        return True
+    length = message.headers.get("Content-Length")
+    return length is not None and length.strip() not in ("", "0")
+
+
+async def _answered(response: web.StreamResponse) -> web.StreamResponse:
+    return response

@@ -1,0 +1,32 @@
+"""What an agent's connection may take and send: nginx's and Envoy's bounds, as one value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    #: seconds from a request head's first byte to its last (nginx ``client_header_timeout``)
+    header_timeout: float = 60.0
+    #: seconds a connection may sit idle before or between requests (``keepalive_timeout``)
+    keepalive_timeout: float = 75.0
+    #: the longest request target, in bytes (a longer one is a 414)
+    max_line: int = 64 << 10
+    #: the longest header field, name and value, in bytes (a longer one is a 431)
+    max_field: int = 64 << 10
+    #: the most header fields in one request (more is a 431)
+    max_headers: int = 100
+    #: seconds an unread request body is read and dropped after its response, so the agent
+    #: sees the response before the close (aiohttp's and nginx's lingering close)
+    lingering_s: float = 10.0
+    #: requests parsed ahead of the one running (pipelining); past it the socket is not read
+    max_queued: int = 8
+
+    @property
+    def max_head(self) -> int:
+        """The most bytes a whole request head may take (a bigger one is a 431): the target's
+        limit and twice one field's, 192 KiB by default (Envoy's whole-head default is 60 KiB,
+        nginx's 32 KiB). llhttp hands a field over only once it is whole, so this is what
+        bounds the bytes one connection's head can hold while it arrives."""
+        return self.max_line + 2 * self.max_field

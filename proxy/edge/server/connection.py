@@ -95,8 +95,11 @@ class AgentConnection(BaseProtocol):
         self._queue: deque[tuple[web.BaseRequest, Handler]] = deque()
         self._current: web.BaseRequest | None = None
         self._task: asyncio.Task[None] | None = None
-        self._head_timer: asyncio.TimerHandle | None = None
-        self._idle_timer: asyncio.TimerHandle | None = None
+        #: one timer for both deadlines, re-armed only when it fires or must fire sooner
+        self._timer: asyncio.TimerHandle | None = None
+        #: when the head being read must be whole (``None``: no head is being read)
+        self._head_by: float | None = None
+        #: when this connection closes if it is still idle (``None``: it is not idle)
         self.idle_until: float | None = None
         #: no request after the one running (refused, closing, shut down, tunnelled)
         self._closing = False
@@ -106,7 +109,6 @@ class AgentConnection(BaseProtocol):
         self._upgrade = False
         self._tail = b""
         self._sink: Sink | None = None
-        self._idle_waiter: asyncio.Future[None] | None = None
 
     # --- the transport --------------------------------------------------------------------------
 
@@ -132,7 +134,6 @@ class AgentConnection(BaseProtocol):
             self._current._cancel(lost)
         if self._sink is not None:
             self._sink.feed_eof()
-        self._woken()
 
     def pause_reading(self) -> None:
         self._reading_paused = True
@@ -176,11 +177,10 @@ class AgentConnection(BaseProtocol):
     def on_message_begin(self) -> None:
         self._in_head = True
         self._target, self._raw = b"", []
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = self.idle_until = None
-        if self._head_timer is None:
-            self._head_timer = self._loop.call_later(self.limits.header_timeout, self._head_late)
+        self.idle_until = None
+        if self._head_by is None:
+            self._head_by = self._loop.time() + self.limits.header_timeout
+            self._deadline(self._head_by)
 
     def on_url(self, url: bytes) -> None:
         self._target += url
@@ -203,9 +203,7 @@ class AgentConnection(BaseProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_bytes = 0
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+        self._head_by = None
         parser = self.parser
         method = parser.get_method().decode("ascii", "replace")
         try:
@@ -241,8 +239,10 @@ class AgentConnection(BaseProtocol):
 
     def _request(self, message: RawRequestMessage, body: StreamReader) -> web.BaseRequest:
         writer = StreamWriter(self, self._loop)
-        task = cast("asyncio.Task[None]", None)  # set when it runs (``_next``)
-        return web.BaseRequest(message, body, cast(Any, self), writer, task, self._loop)
+        # the task is set when it runs (``_next``); aiohttp's request reads what it needs of
+        # its protocol (transport, peer, TLS context) from this one
+        protocol: Any = self
+        return web.BaseRequest(message, body, protocol, writer, _NO_TASK, self._loop)
 
     def _next(self) -> None:
         request, handler = self._queue.popleft()
@@ -259,7 +259,7 @@ class AgentConnection(BaseProtocol):
                 await self._after(request, response)
         finally:
             self._current = self._task = None
-            request._task = cast("asyncio.Task[None]", None)  # no cycle through the task
+            request._task = _NO_TASK  # no cycle through the task
         if self._closing or self.transport is None:
             self._close()
         elif self._upgrade and self._sink is None:
@@ -330,7 +330,7 @@ class AgentConnection(BaseProtocol):
     def _refuse(self, failure: ProxyFailure) -> None:
         """The request being parsed is refused: its envelope, after those before it; then the
         connection closes."""
-        self._cancel_head_timer()
+        self._head_by = None
         if self._body is not None:  # a body that breaks off (a bad chunk): its request ends too
             self._body.set_exception(ConnectionResetError(str(failure)))
             self._body = None
@@ -357,29 +357,40 @@ class AgentConnection(BaseProtocol):
 
     def _wait_idle(self) -> None:
         self.idle_until = self._loop.time() + self.limits.keepalive_timeout
-        self._idle_timer = self._loop.call_at(self.idle_until, self._idle_late)
-        self._woken()
+        self._deadline(self.idle_until)
 
-    def _idle_late(self) -> None:
-        self._idle_timer = self.idle_until = None
-        if self._current is None and not self._in_head and not self._queue:
-            self._close()
+    def _deadline(self, when: float) -> None:
+        """The timer fires no later than ``when`` (a request costs no timer of its own: the one
+        armed for an earlier deadline looks again when it fires)."""
+        timer = self._timer
+        if timer is not None:
+            if timer.when() <= when:
+                return
+            timer.cancel()
+        self._timer = self._loop.call_at(when, self._tick)
 
-    def _head_late(self) -> None:
-        self._head_timer = None
-        if self._in_head or (self._current is None and not self._queue):
-            self._abort()
-
-    def _cancel_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+    def _tick(self) -> None:
+        """A deadline may have passed: a head not whole in time is cut (the connection aborted),
+        an idle connection closed; otherwise the timer waits for the next deadline."""
+        self._timer = None
+        now = self._loop.time()
+        head_by, idle_until = self._head_by, self.idle_until
+        if head_by is not None:
+            if now >= head_by:
+                self._abort()
+            else:
+                self._deadline(head_by)
+        elif idle_until is not None and self.is_idle and self._sink is None:
+            if now >= idle_until:
+                self._close()
+            else:
+                self._deadline(idle_until)
 
     def _cancel_timers(self) -> None:
-        self._cancel_head_timer()
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = self.idle_until = None
+        self._head_by = self.idle_until = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def set_parser(self, sink: Sink) -> None:
         """A tunnel takes the connection: every byte from now on (and those already read after
@@ -420,10 +431,6 @@ class AgentConnection(BaseProtocol):
                 await asyncio.wait([task], timeout=timeout)
         self._close()
 
-    def _woken(self) -> None:
-        if self._idle_waiter is not None and not self._idle_waiter.done():
-            self._idle_waiter.set_result(None)
-
     def _close(self) -> None:
         self._cancel_timers()
         if self.transport is not None:
@@ -439,6 +446,10 @@ class AgentConnection(BaseProtocol):
         """Closed now, whatever it is doing (a connection closed to make room at the cap)."""
         self._closing = True
         self._close()
+
+
+#: a request's task until it runs, and after (aiohttp's request holds one)
+_NO_TASK: Any = None
 
 
 def _version(text: str) -> HttpVersion:

@@ -48,6 +48,9 @@ MAIN_CONFIGS = ("mend", "bare", "bare-uvloop", "nginx")
 # The interpreter variant only needs the cheapest path to show its effect; running it
 # everywhere would lengthen the run for no new information.
 EXTRA_CONFIGS = ("bare-debian",)
+# Run only when named (--only): the bare proxy on mend's own edge (bench/edge_proxy.py), the
+# floor under mend's request path.
+OPTIONAL_CONFIGS = ("bare-edge",)
 EXTRA_PATHS = ("/ok",)
 SECTIONS = (
     "matrix",
@@ -136,6 +139,15 @@ class Harness:
         if name == "nginx":
             conf = upstream.write_proxy_config(self.tmp, port, self.upstream_port)
             cmd = upstream.nginx_cmd(conf)
+        elif name == "bare-edge":
+            cmd = [
+                self.opts.python,
+                str(BENCH / "edge_proxy.py"),
+                "--upstream",
+                self.upstream_url,
+                "--listen",
+                f"127.0.0.1:{port}",
+            ]
         elif name.startswith("bare"):
             python = self.opts.python
             if name == "bare-debian":
@@ -526,7 +538,8 @@ class Harness:
             return
         baseline = self.results.get("baseline") or "bare-uvloop"
         out: dict[str, Any] = {"available": True, "baseline": baseline, "per_request": {}}
-        for name in ("mend", baseline):
+        optional = [c for c in OPTIONAL_CONFIGS if c in self.opts.configs]
+        for name in ("mend", baseline, *optional):
             cg_out = self.tmp / f"callgrind-{name}.out"
             wrap = functools.partial(callgrind.wrap, out_file=cg_out)
             # the file watcher's polls land in the counted window (under callgrind a request
@@ -794,8 +807,8 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     p.add_argument(
         "--only",
         type=_csv(str),
-        help=f"configurations, from {','.join(MAIN_CONFIGS + EXTRA_CONFIGS)} "
-        "(default all; bare-debian runs on /ok only)",
+        help=f"configurations, from {','.join(MAIN_CONFIGS + EXTRA_CONFIGS + OPTIONAL_CONFIGS)} "
+        "(default all but bare-edge; bare-debian runs on /ok only)",
     )
     p.add_argument("--paths", type=_csv(str), help=f"default {','.join(PATHS)}")
     p.add_argument("--sections", type=_csv(str), help=f"default {','.join(SECTIONS)}")
@@ -815,7 +828,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     a = p.parse_args(argv)
     quick = bool(a.quick)
     configs = a.only or [*MAIN_CONFIGS, *EXTRA_CONFIGS]
-    unknown = set(configs) - set(MAIN_CONFIGS + EXTRA_CONFIGS)
+    unknown = set(configs) - set(MAIN_CONFIGS + EXTRA_CONFIGS + OPTIONAL_CONFIGS)
     if unknown:
         p.error(f"unknown configuration(s) {sorted(unknown)}")
     paths = a.paths or list(PATHS)

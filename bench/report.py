@@ -244,18 +244,22 @@ def instructions_section(results: dict[str, Any]) -> list[str]:
         return [*out, f"not available: {found.get('reason')}", ""]
     base = found["baseline"]
     per = found["per_request"]
+    floor = per.get("bare-edge") or {}  # the bare proxy on mend's own edge, when it was run
     rows = []
     for path, mend in (per.get("mend") or {}).items():
         bare = (per.get(base) or {}).get(path)
-        rows.append(
-            [
-                f"`{path}`",
-                f"{mend / 1000:,.0f} k",
-                f"{bare / 1000:,.0f} k" if bare else "—",
-                fmt_ratio(ratio(bare, mend)),
-            ]
-        )
-    out += table(["path", "mend", base, f"{base}/mend"], rows)
+        row = [
+            f"`{path}`",
+            f"{mend / 1000:,.0f} k",
+            f"{bare / 1000:,.0f} k" if bare else "—",
+            fmt_ratio(ratio(bare, mend)),
+        ]
+        if floor:
+            edge = floor.get(path)
+            row.append(f"{edge / 1000:,.0f} k" if edge else "—")
+        rows.append(row)
+    names = ["path", "mend", base, f"{base}/mend"]
+    out += table([*names, "bare-edge"] if floor else names, rows)
     out += [
         "",
         f"`{base}/mend` is what the req/s ratio would be if both were bound by instructions "

@@ -70,7 +70,11 @@ _FRAMES = [
 ]
 
 
-def err500_body() -> dict[str, object]:
+#: where ``/err500-fresh`` puts nginx's per-response variables (``_nginx_literal`` refuses ``$``)
+FRESH = "FRESH-PER-RESPONSE"
+
+
+def err500_body(timestamp: str = "2026-11-22T04:05:06.789+00:00") -> dict[str, object]:
     """Spring Boot's error body with a ~2 KB stack trace (`server.error.include-stacktrace`)."""
     trace = (
         "org.springframework.dao.DataIntegrityViolationException: could not execute statement; "
@@ -81,7 +85,7 @@ def err500_body() -> dict[str, object]:
         + "\n\t".join(_FRAMES[:6])
     )
     return {
-        "timestamp": "2026-11-22T04:05:06.789+00:00",
+        "timestamp": timestamp,
         "status": 500,
         "error": "Internal Server Error",
         "trace": trace,
@@ -139,10 +143,12 @@ def write_upstream_config(tmp: Path, port: int) -> Path:
         # Sparse: 1 GiB of zeros costs no disk and nginx sends it with sendfile.
         with huge.open("wb") as f:
             f.truncate(HUGE_SIZE)
-    ok, e500, e422, e429 = (
+    ok, e500, e422, e429, fresh = (
         _nginx_literal(json.dumps(body, separators=(",", ":")))
-        for body in (OK_BODY, err500_body(), ERR422_BODY, ERR429_BODY)
+        for body in (OK_BODY, err500_body(), ERR422_BODY, ERR429_BODY, err500_body(FRESH))
     )
+    # nginx fills these in per response: a timestamp and an id no two responses share
+    fresh = fresh.replace(FRESH, "2026-11-22T04:05:$msec+00:00 $request_id")
     # `return CODE text` keeps the connection alive; `return 500` + error_page would not,
     # because nginx closes keep-alive connections after its own 500 pages.
     conf = (
@@ -157,6 +163,7 @@ def write_upstream_config(tmp: Path, port: int) -> Path:
         location = /big {{ default_type application/octet-stream; alias {big}; }}
         location = /huge {{ default_type application/octet-stream; alias {huge}; }}
         location = /err500 {{ default_type application/json; return 500 {e500}; }}
+        location = /err500-fresh {{ default_type application/json; return 500 {fresh}; }}
         location = /err422 {{ default_type application/json; return 422 {e422}; }}
         location = /err429 {{
             default_type application/json;

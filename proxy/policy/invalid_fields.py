@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from proxy.policy import constraints
-from proxy.policy.compiled_envelope import CompiledInvalidFields
+from proxy.policy.compiled_envelope import FIELDS_DOCUMENT_MAX, CompiledInvalidFields
 from proxy.policy.envelope import InvalidField, made
 from proxy.policy.exchange import Exchange
 from proxy.policy.pointer import to_pointer
+from proxy.policy.scrubber import of
 from proxy.policy.template import scrub_value
 from proxy.policy.variables import single_line
 
@@ -69,11 +72,39 @@ def written(
 def found(
     compiled: CompiledInvalidFields | None, exchange: Exchange, scrub: Scrub
 ) -> list[InvalidField]:
-    """The fields the upstream's JSON names where a rule's queries say, at most 100."""
+    """The fields the upstream's JSON names where a rule's queries say, at most 100.
+
+    What a document gave before, scrubbed by the same remembering redactor, is given again from
+    the rule's memory, and the kinds its scrubbing reported are reported again: the fields are a
+    function of the document and the redactor alone (``Scrubber``).
+    """
     if compiled is None or not exchange.is_json:
         return []
+    scrubber = of(scrub)
+    if scrubber is None or scrubber.redactor is None:
+        return _found(compiled, exchange.json, scrub)
+    try:
+        document = orjson.dumps(exchange.json)
+    except (orjson.JSONEncodeError, TypeError):
+        return _found(compiled, exchange.json, scrub)
+    if len(document) > FIELDS_DOCUMENT_MAX:
+        return _found(compiled, exchange.json, scrub)
+    key = (scrubber.redactor, document)
+    known = compiled.memory.get(key)
+    if known is None:
+        start = len(scrubber.kinds)
+        fields = _found(compiled, exchange.json, scrub)
+        known = (tuple(fields), tuple(scrubber.kinds[start:]))
+        compiled.memory.put(key, known)
+        return fields
+    fields, kinds = known
+    scrubber.kinds.extend(kinds)
+    return list(fields)
+
+
+def _found(compiled: CompiledInvalidFields, document: Any, scrub: Scrub) -> list[InvalidField]:
     out: list[InvalidField] = []
-    for location, reason, received, context in compiled.items(exchange.json)[:100]:
+    for location, reason, received, context in compiled.items(document)[:100]:
         pointer = to_pointer(location, compiled.strip)
         if pointer is None:
             continue

@@ -20,7 +20,7 @@ from proxy.policy.envelope import Action, Category, Envelope, InvalidField, made
 from proxy.policy.exchange import Exchange
 from proxy.policy.resend import KEY_SENTENCE, Resend, check_first, keyed_steps, resend
 from proxy.policy.retry import clamp, retry_after_ms
-from proxy.policy.rulefile import EnvelopeSpec
+from proxy.policy.scrubber import recalled
 from proxy.policy.stated_wait import stated_wait_ms
 from proxy.policy.template import render_value, scrub_value
 from proxy.policy.variables import Lookup, single_line, tool_message, upstream_message
@@ -175,7 +175,7 @@ def build(
             "next_operation": next_operation,
             "next_operation_args": args,
             "related_codes": tuple(spec.related_codes),
-            "upstream_detail": _upstream_detail(spec, exchange, scrub),
+            "upstream_detail": _upstream_detail(compiled, exchange, scrub),
             "docs_url": f"{options.docs_base_url}/_mend/errors/{spec.code}",
             "request_id": exchange.request_id,
             "upstream_status": exchange.status,
@@ -231,12 +231,19 @@ def _cites(text: str, names: tuple[str, ...]) -> bool:
     return any(name in text for name in names)
 
 
-def _upstream_detail(spec: EnvelopeSpec, exchange: Exchange, scrub: Scrub) -> Any:
-    """The upstream's small structured detail, redacted, for rules that keep it (fallbacks)."""
+def _upstream_detail(compiled: CompiledEnvelope, exchange: Exchange, scrub: Scrub) -> Any:
+    """The upstream's small structured detail, redacted, for rules that keep it (fallbacks);
+    a document seen before answered from the rule's memory (``scrubber.recalled``)."""
+    spec = compiled.spec
     if not spec.upstream_detail or not exchange.is_json:
         return None
-    found = detail.structured(exchange.json, exchange.status)
-    return None if found is None else scrub_value(found, scrub)
+
+    def make() -> Any:
+        found = detail.structured(exchange.json, exchange.status)
+        return None if found is None else scrub_value(found, scrub)
+
+    made_ = recalled(compiled.details, scrub, exchange.status, exchange.written(), make)
+    return dict(made_) if isinstance(made_, dict) else made_  # scalars: a copy is a deep one
 
 
 def _int(value: Any) -> int | None:

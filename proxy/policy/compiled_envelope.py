@@ -7,6 +7,7 @@ from typing import Any
 
 from proxy.policy.envelope import Action, Category, Severity
 from proxy.policy.rulefile import EnvelopeSpec, InvalidFieldsSpec, compile_jmespath
+from proxy.policy.scrubber import Remembered
 from proxy.policy.template import Template, compile_value
 
 DEFAULT_ACTION: dict[Category, Action] = {
@@ -34,37 +35,6 @@ def _compile_optional(value: str | None) -> Template | str | None:
     return compiled if isinstance(compiled, Template | str) else str(compiled)
 
 
-#: Documents whose invalid fields a rule remembers, the characters their keys may hold in all,
-#: and the longest document remembered.
-_FIELDS_MAX = 32
-_FIELDS_CHARS_MAX = 128 << 10
-FIELDS_DOCUMENT_MAX = 16_384
-
-
-class FieldsMemory:
-    """A rule's invalid fields (with the redaction kinds scrubbing them reported) by the
-    redactor that scrubbed them and the JSON document they came from, as ``orjson`` writes it.
-    Bounded by entries and characters, the oldest dropped first."""
-
-    __slots__ = ("chars", "entries")
-
-    def __init__(self) -> None:
-        self.entries: dict[tuple[object, bytes], tuple[Any, int]] = {}
-        self.chars = 0
-
-    def get(self, key: tuple[object, bytes]) -> Any:
-        entry = self.entries.get(key)
-        return None if entry is None else entry[0]
-
-    def put(self, key: tuple[object, bytes], value: Any) -> None:
-        size = len(key[1])
-        entries = self.entries
-        while entries and (len(entries) >= _FIELDS_MAX or self.chars + size > _FIELDS_CHARS_MAX):
-            self.chars -= entries.pop(next(iter(entries)))[1]
-        entries[key] = (value, size)
-        self.chars += size
-
-
 @dataclass(frozen=True, slots=True)
 class CompiledInvalidFields:
     """A rule's ``invalid_fields:`` queries: where each offending field is and what it says."""
@@ -77,7 +47,7 @@ class CompiledInvalidFields:
     strip: tuple[str, ...]
     camel: bool
     #: what these queries found in documents seen before (``invalid_fields.found``)
-    memory: FieldsMemory = field(default_factory=FieldsMemory, compare=False, repr=False)
+    memory: Remembered = field(default_factory=Remembered, compare=False, repr=False)
 
     @classmethod
     def compile(cls, spec: InvalidFieldsSpec) -> CompiledInvalidFields:
@@ -154,6 +124,8 @@ class CompiledEnvelope:
     next_operation: Any
     next_operation_args: Any
     retry_after_ms: Any
+    #: the upstream details made of documents seen before (``build._upstream_detail``)
+    details: Remembered = field(default_factory=Remembered, compare=False, repr=False)
 
     @classmethod
     def compile(cls, spec: EnvelopeSpec, rule: str) -> CompiledEnvelope:

@@ -5,14 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from proxy.policy import constraints
-from proxy.policy.compiled_envelope import FIELDS_DOCUMENT_MAX, CompiledInvalidFields
+from proxy.policy.compiled_envelope import CompiledInvalidFields
 from proxy.policy.envelope import InvalidField, made
 from proxy.policy.exchange import Exchange
 from proxy.policy.pointer import to_pointer
-from proxy.policy.scrubber import of
+from proxy.policy.scrubber import recalled
 from proxy.policy.template import scrub_value
 from proxy.policy.variables import single_line
 
@@ -80,25 +78,13 @@ def found(
     """
     if compiled is None or not exchange.is_json:
         return []
-    scrubber = of(scrub)
-    if scrubber is None or scrubber.redactor is None:
-        return _found(compiled, exchange.json, scrub)
-    try:
-        document = orjson.dumps(exchange.json)
-    except (orjson.JSONEncodeError, TypeError):
-        return _found(compiled, exchange.json, scrub)
-    if len(document) > FIELDS_DOCUMENT_MAX:
-        return _found(compiled, exchange.json, scrub)
-    key = (scrubber.redactor, document)
-    known = compiled.memory.get(key)
-    if known is None:
-        start = len(scrubber.kinds)
-        fields = _found(compiled, exchange.json, scrub)
-        known = (tuple(fields), tuple(scrubber.kinds[start:]))
-        compiled.memory.put(key, known)
-        return fields
-    fields, kinds = known
-    scrubber.kinds.extend(kinds)
+    fields = recalled(
+        compiled.memory,
+        scrub,
+        None,
+        exchange.written(),
+        lambda: tuple(_found(compiled, exchange.json, scrub)),
+    )
     return list(fields)
 
 

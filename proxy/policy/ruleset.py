@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 import re2
 
 from proxy.config.re2compile import options
@@ -230,13 +229,9 @@ class MatchMemory:
             return None
         document: bytes | None = None
         if exchange.is_json:
-            try:
-                document = orjson.dumps(exchange.json)
-            except (orjson.JSONEncodeError, TypeError):
+            document = exchange.written()
+            if document is None or len(document) > _MATCH_TEXT_MAX:
                 return None
-            if len(document) > _MATCH_TEXT_MAX:
-                return None
-        headers, asked = exchange.headers, exchange.request_headers
         return (
             exchange.status,
             exchange.method,
@@ -247,8 +242,8 @@ class MatchMemory:
             exchange.tool,
             text,
             document,
-            tuple(headers.get(name) for name in self.headers),
-            tuple(asked.get(name) for name in self.request_headers),
+            tuple(map(exchange.headers.get, self.headers)),
+            tuple(map(exchange.request_headers.get, self.request_headers)),
         )
 
     def get(self, key: MatchKey) -> Any:

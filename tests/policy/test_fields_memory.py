@@ -1,4 +1,5 @@
-"""``FieldsMemory``: a rule's invalid fields remembered by redactor and document.
+"""``scrubber.Remembered``: a rule's invalid fields and upstream detail remembered by redactor
+and document (``Exchange.written``).
 
 Every pack case and corpus response is built three times: with a plain scrub function (never
 remembered), then twice through ``rewrite`` (the second from memory); the envelopes and the
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.policy import compiled_envelope
+from proxy.policy import scrubber
 from proxy.policy.build import BuildOptions, build
 from proxy.policy.compiled_envelope import CompiledInvalidFields
 from proxy.policy.evaluate import Evaluation, agent_redactor, recorded_exchange, rewrite
@@ -183,7 +184,7 @@ def test_a_recording_redactor_turns_memory_off() -> None:
 def test_fields_memory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past its entry cap a rule's memory drops its oldest document first, its character count
     kept exact."""
-    monkeypatch.setattr(compiled_envelope, "_FIELDS_MAX", 3)
+    monkeypatch.setattr(scrubber, "_REMEMBERED_MAX", 3)
     match, compiled = _fields(_ruleset())
     redactor = agent_redactor()
     for n in range(6):
@@ -192,3 +193,53 @@ def test_fields_memory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     memory = compiled.memory
     assert len(memory.entries) == 3
     assert memory.chars == sum(len(key[1]) for key in memory.entries)
+
+
+def _fallback() -> Match:
+    ruleset = _ruleset()
+    match = ruleset.match(_exchange({"error": "slow down", "limit": 100, "window": "1m"}))
+    assert match is not None
+    assert match.rule.envelope.spec.upstream_detail
+    return match
+
+
+def test_an_upstream_detail_from_memory_is_a_copy() -> None:
+    """Changing the upstream detail of one envelope does not change the next one's."""
+    match = _fallback()
+    document = {"error": "slow down", "limit": 100, "window": "1m"}
+    redactor = agent_redactor()
+    first = rewrite(match, _exchange(document), redactor, OPTIONS).envelope.upstream_detail
+    assert first == {"error": "slow down", "limit": 100, "window": "1m"}
+    first["limit"] = 0
+    again = rewrite(match, _exchange(document), redactor, OPTIONS).envelope.upstream_detail
+    assert again == {"error": "slow down", "limit": 100, "window": "1m"}
+    assert len(match.rule.envelope.details.entries) == 1
+
+
+def test_an_upstream_detail_is_remembered_per_status() -> None:
+    """The detail drops a number equal to the status: another status is another entry."""
+    match = _fallback()
+    document = {"error": "slow down", "code": 429, "window": "1m"}
+    redactor = agent_redactor()
+    exchange = _exchange(document)
+    exchange.status = 429
+    as_429 = rewrite(match, exchange, redactor, OPTIONS).envelope.upstream_detail
+    other = _exchange(document)
+    other.status = 503
+    as_503 = rewrite(match, other, redactor, OPTIONS).envelope.upstream_detail
+    assert as_429 == {"error": "slow down", "window": "1m"}
+    assert as_503 == {"error": "slow down", "code": 429, "window": "1m"}
+    assert len(match.rule.envelope.details.entries) == 2
+
+
+def test_written_follows_the_document() -> None:
+    """``Exchange.written`` is the document as orjson writes it, made again when the document is
+    replaced; ``None`` for a body that is not JSON or a document orjson cannot write."""
+    exchange = _exchange({"a": 1})
+    assert exchange.written() == b'{"a":1}'
+    exchange.json = {"a": 1.0}
+    assert exchange.written() == b'{"a":1.0}'
+    exchange.json = {"a": 1 << 70}
+    assert exchange.written() is None
+    text = recorded_exchange(status=500, body=b"<html>no</html>", headers={})
+    assert text.written() is None

@@ -13,10 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from proxy.policy import constraints, invalid_fields
 from proxy.policy import upstream_detail as detail
 from proxy.policy.compiled_envelope import DEFAULT_ACTION, CompiledEnvelope
-from proxy.policy.envelope import Action, Category, Envelope, InvalidField, made
+from proxy.policy.envelope import Action, Category, Envelope, InvalidField, made, revised
 from proxy.policy.exchange import Exchange
 from proxy.policy.resend import KEY_SENTENCE, Resend, check_first, keyed_steps, resend
 from proxy.policy.retry import clamp, retry_after_ms
@@ -78,6 +80,11 @@ def _operation(exchange: Exchange) -> str:
     return f"{exchange.method} {exchange.path}"
 
 
+#: The longest body whose envelope ``build`` remembers (its JSON document is held to
+#: ``scrubber.DOCUMENT_MAX`` as well).
+_BUILT_TEXT_MAX = 16_384
+
+
 def build(
     compiled: CompiledEnvelope,
     exchange: Exchange,
@@ -86,7 +93,55 @@ def build(
     options: BuildOptions,
 ) -> Envelope:
     """The envelope of ``compiled``'s rule for ``exchange``, given what its conditions ``found``;
-    every value from the upstream through ``scrub``."""
+    every value from the upstream through ``scrub``.
+
+    An envelope built before for the same response, request line, values found and options,
+    scrubbed by the same remembering redactor, is given again from the rule's memory with this
+    request's id (``scrubber.recalled``), unless the rule reads more than that (``live``).
+    """
+    if compiled.live or len(exchange.text) > _BUILT_TEXT_MAX:
+        return _build(compiled, exchange, found, scrub, options)
+    document = exchange.written() if exchange.is_json else b""
+    try:
+        values = orjson.dumps(found)
+    except (orjson.JSONEncodeError, TypeError):
+        return _build(compiled, exchange, found, scrub, options)
+    about = (
+        exchange.status,
+        exchange.method,
+        exchange.path,
+        exchange.route,
+        exchange.content_type,
+        exchange.protocol,
+        exchange.rpc_method,
+        exchange.tool,
+        exchange.applied,
+        exchange.text,
+        values,
+        options.retry_after_default_ms,
+        options.retry_after_max_ms,
+        options.docs_base_url,
+    )
+    envelope = recalled(
+        compiled.built,
+        scrub,
+        about,
+        document,
+        lambda: _build(compiled, exchange, found, scrub, options),
+        len(exchange.text) + len(exchange.path) + len(values),
+    )
+    # a copy each time, remembered or not: envelopes are told apart by identity (a batch's
+    # errors reviewed one by one, ``envelope_steps._put_back``)
+    return revised(envelope, {"request_id": exchange.request_id})
+
+
+def _build(
+    compiled: CompiledEnvelope,
+    exchange: Exchange,
+    found: dict[str, Any],
+    scrub: Scrub,
+    options: BuildOptions,
+) -> Envelope:
     lookup = Lookup(exchange, found)
 
     def render(value: Any) -> Any:

@@ -59,8 +59,10 @@ class Remembered:
         self.entries: dict[tuple[object, bytes], tuple[Any, tuple[str, ...], int]] = {}
         self.chars = 0
 
-    def put(self, key: tuple[object, bytes], value: Any, kinds: tuple[str, ...]) -> None:
-        size = len(key[1])
+    def put(
+        self, key: tuple[object, bytes], value: Any, kinds: tuple[str, ...], weight: int = 0
+    ) -> None:
+        size = len(key[1]) + weight
         entries = self.entries
         while entries and (
             len(entries) >= _REMEMBERED_MAX or self.chars + size > _REMEMBERED_CHARS_MAX
@@ -76,11 +78,12 @@ def recalled(
     about: object,
     document: bytes | None,
     make: Callable[[], T],
+    weight: int = 0,
 ) -> T:
-    """``make()``, or what it gave before for ``document`` (and ``about``: what else it reads)
-    scrubbed by the same remembering redactor, its kinds reported again to ``scrub``'s list.
-    ``make`` must be a function of the document, ``about`` and the scrub alone, and its value
-    never changed by who gets it."""
+    """``make()``, or what it gave before for ``document`` (and ``about``: what else it reads,
+    ``weight`` characters of it) scrubbed by the same remembering redactor, its kinds reported
+    again to ``scrub``'s list. ``make`` must be a function of the document, ``about`` and the
+    scrub alone, and its value never changed by who gets it."""
     scrubber = of(scrub)
     if scrubber is None or scrubber.redactor is None:
         return make()
@@ -91,7 +94,7 @@ def recalled(
     if known is None:
         start = len(scrubber.kinds)
         value = make()
-        memory.put(key, value, tuple(scrubber.kinds[start:]))
+        memory.put(key, value, tuple(scrubber.kinds[start:]), weight)
         return value
     scrubber.kinds.extend(known[1])
     return known[0]  # type: ignore[no-any-return]

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from proxy.policy import build as build_module
 from proxy.policy import scrubber
 from proxy.policy.build import BuildOptions, build
 from proxy.policy.compiled_envelope import CompiledInvalidFields
@@ -22,6 +23,7 @@ from proxy.policy.evaluate import Evaluation, agent_redactor, recorded_exchange,
 from proxy.policy.exchange import Exchange
 from proxy.policy.redaction import Redactor
 from proxy.policy.ruleset import Match, RuleSet
+from proxy.policy.scrubber import Scrubber
 from proxy.tools.ruletest.cases import Case
 from proxy.tools.ruletest.engines import Engines, exchange_for
 
@@ -204,16 +206,19 @@ def _fallback() -> Match:
 
 
 def test_an_upstream_detail_from_memory_is_a_copy() -> None:
-    """Changing the upstream detail of one envelope does not change the next one's."""
+    """Changing the upstream detail ``build`` got from the rule's memory does not change the
+    next one's."""
     match = _fallback()
-    document = {"error": "slow down", "limit": 100, "window": "1m"}
+    compiled = match.rule.envelope
+    exchange = _exchange({"error": "slow down", "limit": 100, "window": "1m"})
     redactor = agent_redactor()
-    first = rewrite(match, _exchange(document), redactor, OPTIONS).envelope.upstream_detail
+    scrub = Scrubber(redactor.scrub, [], redactor).scrub
+    first = build_module._upstream_detail(compiled, exchange, scrub)
     assert first == {"error": "slow down", "limit": 100, "window": "1m"}
     first["limit"] = 0
-    again = rewrite(match, _exchange(document), redactor, OPTIONS).envelope.upstream_detail
+    again = build_module._upstream_detail(compiled, exchange, scrub)
     assert again == {"error": "slow down", "limit": 100, "window": "1m"}
-    assert len(match.rule.envelope.details.entries) == 1
+    assert len(compiled.details.entries) == 1
 
 
 def test_an_upstream_detail_is_remembered_per_status() -> None:

@@ -85,73 +85,18 @@ def _operation(exchange: Exchange) -> str:
 _BUILT_TEXT_MAX = 16_384
 
 
-def build(
+#: What reads the clock and the request's headers, decided before the rest: the action, whether
+#: it is a retry, whether sending it again is safe, and how long to wait (``_retry``).
+_Retry = tuple[Action, bool, Resend, int | None]
+
+
+def _retry(
     compiled: CompiledEnvelope,
     exchange: Exchange,
-    found: dict[str, Any],
+    lookup: Lookup,
     scrub: Scrub,
     options: BuildOptions,
-) -> Envelope:
-    """The envelope of ``compiled``'s rule for ``exchange``, given what its conditions ``found``;
-    every value from the upstream through ``scrub``.
-
-    An envelope built before for the same response, request line, values found and options,
-    scrubbed by the same remembering redactor, is given again from the rule's memory with this
-    request's id (``scrubber.recalled``), unless the rule reads more than that (``live``).
-    """
-    if compiled.live or len(exchange.text) > _BUILT_TEXT_MAX:
-        return _build(compiled, exchange, found, scrub, options)
-    document = exchange.written() if exchange.is_json else b""
-    try:
-        values = orjson.dumps(found)
-    except (orjson.JSONEncodeError, TypeError):
-        return _build(compiled, exchange, found, scrub, options)
-    about = (
-        exchange.status,
-        exchange.method,
-        exchange.path,
-        exchange.route,
-        exchange.content_type,
-        exchange.protocol,
-        exchange.rpc_method,
-        exchange.tool,
-        exchange.applied,
-        exchange.text,
-        values,
-        options.retry_after_default_ms,
-        options.retry_after_max_ms,
-        options.docs_base_url,
-    )
-    envelope = recalled(
-        compiled.built,
-        scrub,
-        about,
-        document,
-        lambda: _build(compiled, exchange, found, scrub, options),
-        len(exchange.text) + len(exchange.path) + len(values),
-    )
-    # a copy each time, remembered or not: envelopes are told apart by identity (a batch's
-    # errors reviewed one by one, ``envelope_steps._put_back``)
-    return revised(envelope, {"request_id": exchange.request_id})
-
-
-def _build(
-    compiled: CompiledEnvelope,
-    exchange: Exchange,
-    found: dict[str, Any],
-    scrub: Scrub,
-    options: BuildOptions,
-) -> Envelope:
-    lookup = Lookup(exchange, found)
-
-    def render(value: Any) -> Any:
-        return render_value(value, lookup, scrub)
-
-    def text(value: Any) -> str | None:
-        rendered = render(value)
-        return single_line(rendered) if rendered not in (None, "") else None
-
-    spec = compiled.spec
+) -> _Retry:
     action = compiled.action
     retryable = action is Action.RETRY
     # sent, no usable answer: the method (or the tool) decides whether a retry is safe
@@ -162,7 +107,93 @@ def _build(
     )
     if again is Resend.UNSAFE and exchange.applied == "unknown":
         action, retryable = Action.ESCALATE, False
-    wait = _wait(render(compiled.retry_after_ms), exchange, options) if retryable else None
+    wait = (
+        _wait(render_value(compiled.retry_after_ms, lookup, scrub), exchange, options)
+        if retryable
+        else None
+    )
+    return action, retryable, again, wait
+
+
+def build(
+    compiled: CompiledEnvelope,
+    exchange: Exchange,
+    found: dict[str, Any],
+    scrub: Scrub,
+    options: BuildOptions,
+) -> Envelope:
+    """The envelope of ``compiled``'s rule for ``exchange``, given what its conditions ``found``;
+    every value from the upstream through ``scrub``.
+
+    An envelope built before for the same response, request line, values found, options and
+    retry decision (``_retry``: the wait, whether a resend is safe), scrubbed by the same
+    remembering redactor, is given again from the rule's memory with this request's id
+    (``scrubber.recalled``), unless the rule's templates read more than that (``live``).
+    """
+    lookup = Lookup(exchange, found)
+    decided = (
+        _retry(compiled, exchange, lookup, scrub, options)
+        if compiled.action is Action.RETRY
+        else (compiled.action, False, Resend.SAFE, None)  # what _retry decides for the rest
+    )
+    if compiled.live or len(exchange.text) > _BUILT_TEXT_MAX:
+        return _build(compiled, exchange, scrub, options, lookup, decided)
+    document = exchange.written() if exchange.is_json else b""
+    try:
+        values = orjson.dumps(found)
+    except (orjson.JSONEncodeError, TypeError):
+        return _build(compiled, exchange, scrub, options, lookup, decided)
+    about = (
+        exchange.status,
+        exchange.method,
+        exchange.path,
+        exchange.route,
+        exchange.content_type,
+        exchange.protocol,
+        exchange.rpc_method,
+        exchange.tool,
+        exchange.applied,
+        exchange.destructive,
+        exchange.text,
+        values,
+        decided[0].value,  # the enums' values: a member hashes in Python, its str in C
+        decided[1],
+        decided[2].value,
+        decided[3],
+        options.retry_after_default_ms,
+        options.retry_after_max_ms,
+        options.docs_base_url,
+    )
+    envelope = recalled(
+        compiled.built,
+        scrub,
+        about,
+        document,
+        lambda: _build(compiled, exchange, scrub, options, lookup, decided),
+        len(exchange.text) + len(exchange.path) + len(values),
+    )
+    # a copy each time, remembered or not: envelopes are told apart by identity (a batch's
+    # errors reviewed one by one, ``envelope_steps._put_back``)
+    return revised(envelope, {"request_id": exchange.request_id})
+
+
+def _build(
+    compiled: CompiledEnvelope,
+    exchange: Exchange,
+    scrub: Scrub,
+    options: BuildOptions,
+    lookup: Lookup,
+    decided: _Retry,
+) -> Envelope:
+    def render(value: Any) -> Any:
+        return render_value(value, lookup, scrub)
+
+    def text(value: Any) -> str | None:
+        rendered = render(value)
+        return single_line(rendered) if rendered not in (None, "") else None
+
+    spec = compiled.spec
+    action, retryable, again, wait = decided
 
     invalid = (
         invalid_fields.written(compiled.invalid_fields, render, scrub)

@@ -127,7 +127,7 @@ class CompiledEnvelope:
     #: the upstream details made of documents seen before (``build._upstream_detail``)
     details: Remembered = field(default_factory=Remembered, compare=False, repr=False)
     #: whether an envelope of this rule can read more than ``build``'s memory keys it by: the
-    #: clock and the request's headers (a ``retry``), the request id or a header (a template)
+    #: request id or a header (a template names one)
     live: bool = True
     #: envelopes built before (``build.build``), when not ``live``
     built: Remembered = field(default_factory=Remembered, compare=False, repr=False)
@@ -153,7 +153,7 @@ class CompiledEnvelope:
             next_operation=_compile_optional(spec.next_operation),
             next_operation_args=compile_value(spec.next_operation_args),
             retry_after_ms=compile_value(spec.retry_after_ms),
-            live=action is Action.RETRY or any(_live(name) for name in _names(spec)),
+            live=any(_live(name) for name in _names(spec)),
         )
 
 

@@ -8,6 +8,7 @@ others come from memory) and compared with ``_build``, which never remembers.
 from __future__ import annotations
 
 import json
+from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from proxy.policy.exchange import Exchange
 from proxy.policy.redaction import Redactor
 from proxy.policy.rulefile import EnvelopeSpec
 from proxy.policy.ruleset import Match, RuleSet
+from proxy.policy.variables import Lookup
 from proxy.tools.ruletest.cases import Case
 from proxy.tools.ruletest.engines import Engines, exchange_for
 
@@ -51,7 +53,10 @@ def _fresh(
     """The envelope and kinds ``_build`` makes: nothing of the envelope remembered."""
     kinds: list[str] = []
     scrub = scrubber(redactor, exchange, kinds)
-    envelope = build_module._build(match.rule.envelope, exchange, match.found, scrub, OPTIONS)
+    compiled = match.rule.envelope
+    lookup = Lookup(exchange, match.found)
+    decided = build_module._retry(compiled, exchange, lookup, scrub, OPTIONS)
+    envelope = build_module._build(compiled, exchange, scrub, OPTIONS, lookup, decided)
     return envelope.as_dict(), kinds
 
 
@@ -184,7 +189,7 @@ def _compiled(**envelope: Any) -> CompiledEnvelope:
     [
         ({}, False),
         ({"message": "{{ method }} {{ path }} failed: {{ upstream_message }}"}, False),
-        ({"category": "unavailable"}, True),  # a retry: the clock and Idempotency-Key
+        ({"category": "unavailable"}, False),  # a retry: its wait is decided first, and keyed
         ({"message": "Failed, request {{ request_id }}."}, True),
         ({"hint": "Wait for {{ headers.x-reset }}."}, True),
         ({"steps": ["Send {{ request_headers.x-tenant }} again."]}, True),
@@ -197,11 +202,48 @@ def test_what_makes_an_envelope_live(envelope: dict[str, Any], live: bool) -> No
 
 
 def test_a_live_rule_is_not_remembered() -> None:
-    """A retry (``fallback.503``: its wait may be a moment measured on the clock) builds anew."""
+    """A rule whose message names the request id builds every envelope anew."""
+    compiled = _compiled(message="Failed, request {{ request_id }}.")
+    redactor = agent_redactor()
+    for request_id in ("req_a", "req_b"):
+        exchange = _exchange(request_id)
+        envelope = build_module.build(
+            compiled, exchange, {}, scrubber(redactor, exchange, []), OPTIONS
+        )
+        assert envelope.message == f"Failed, request {request_id}."
+    assert not compiled.built.entries
+
+
+def _unavailable(retry_after: str) -> Exchange:
+    return recorded_exchange(status=503, body=b"busy", headers={"Retry-After": retry_after})
+
+
+def test_a_retrys_wait_is_part_of_what_is_remembered() -> None:
+    """The same response with another ``Retry-After`` is another envelope, with its own wait;
+    the same one again comes from memory."""
     ruleset = Engines().get().routes["default"]
-    exchange = recorded_exchange(status=503, body=b"busy", headers={"Retry-After": "3"})
-    match = ruleset.match(exchange)
+    match = ruleset.match(_unavailable("3"))
     assert match is not None
-    assert match.rule.envelope.live
-    rewrite(match, exchange, agent_redactor(), OPTIONS)
-    assert not match.rule.envelope.built.entries
+    redactor = agent_redactor()
+    three = rewrite(match, _unavailable("3"), redactor, OPTIONS).envelope
+    five = rewrite(match, _unavailable("5"), redactor, OPTIONS).envelope
+    again = rewrite(match, _unavailable("3"), redactor, OPTIONS).envelope
+    assert (three.retry_after_ms, five.retry_after_ms, again.retry_after_ms) == (3000, 5000, 3000)
+    assert len(match.rule.envelope.built.entries) == 2
+
+
+def test_a_retry_after_an_http_date_is_measured_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``Retry-After`` that is a moment is measured on the clock for every response: a later
+    response waits less, never the first one's wait from memory."""
+    ruleset = Engines().get().routes["default"]
+    moment = formatdate(1_800_000_060.0, usegmt=True)
+    match = ruleset.match(_unavailable(moment))
+    assert match is not None
+    redactor = agent_redactor()
+    waits = []
+    for now in (1_800_000_000.0, 1_800_000_030.0):
+        monkeypatch.setattr("proxy.policy.retry.time.time", lambda now=now: now)
+        waits.append(
+            rewrite(match, _unavailable(moment), redactor, OPTIONS).envelope.retry_after_ms
+        )
+    assert waits == [60_000, 30_000]

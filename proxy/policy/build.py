@@ -13,14 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from proxy.policy import constraints, invalid_fields
 from proxy.policy import upstream_detail as detail
 from proxy.policy.compiled_envelope import DEFAULT_ACTION, CompiledEnvelope
-from proxy.policy.envelope import Action, Category, Envelope, InvalidField, made
+from proxy.policy.envelope import Action, Category, Envelope, InvalidField, made, revised
 from proxy.policy.exchange import Exchange
 from proxy.policy.resend import KEY_SENTENCE, Resend, check_first, keyed_steps, resend
 from proxy.policy.retry import clamp, retry_after_ms
-from proxy.policy.rulefile import EnvelopeSpec
+from proxy.policy.scrubber import recalled
 from proxy.policy.stated_wait import stated_wait_ms
 from proxy.policy.template import render_value, scrub_value
 from proxy.policy.variables import Lookup, single_line, tool_message, upstream_message
@@ -78,25 +80,23 @@ def _operation(exchange: Exchange) -> str:
     return f"{exchange.method} {exchange.path}"
 
 
-def build(
+#: The longest body whose envelope ``build`` remembers (its JSON document is held to
+#: ``scrubber.DOCUMENT_MAX`` as well).
+_BUILT_TEXT_MAX = 16_384
+
+
+#: What reads the clock and the request's headers, decided before the rest: the action, whether
+#: it is a retry, whether sending it again is safe, and how long to wait (``_retry``).
+_Retry = tuple[Action, bool, Resend, int | None]
+
+
+def _retry(
     compiled: CompiledEnvelope,
     exchange: Exchange,
-    found: dict[str, Any],
+    lookup: Lookup,
     scrub: Scrub,
     options: BuildOptions,
-) -> Envelope:
-    """The envelope of ``compiled``'s rule for ``exchange``, given what its conditions ``found``;
-    every value from the upstream through ``scrub``."""
-    lookup = Lookup(exchange, found)
-
-    def render(value: Any) -> Any:
-        return render_value(value, lookup, scrub)
-
-    def text(value: Any) -> str | None:
-        rendered = render(value)
-        return single_line(rendered) if rendered not in (None, "") else None
-
-    spec = compiled.spec
+) -> _Retry:
     action = compiled.action
     retryable = action is Action.RETRY
     # sent, no usable answer: the method (or the tool) decides whether a retry is safe
@@ -107,7 +107,93 @@ def build(
     )
     if again is Resend.UNSAFE and exchange.applied == "unknown":
         action, retryable = Action.ESCALATE, False
-    wait = _wait(render(compiled.retry_after_ms), exchange, options) if retryable else None
+    wait = (
+        _wait(render_value(compiled.retry_after_ms, lookup, scrub), exchange, options)
+        if retryable
+        else None
+    )
+    return action, retryable, again, wait
+
+
+def build(
+    compiled: CompiledEnvelope,
+    exchange: Exchange,
+    found: dict[str, Any],
+    scrub: Scrub,
+    options: BuildOptions,
+) -> Envelope:
+    """The envelope of ``compiled``'s rule for ``exchange``, given what its conditions ``found``;
+    every value from the upstream through ``scrub``.
+
+    An envelope built before for the same response, request line, values found, options and
+    retry decision (``_retry``: the wait, whether a resend is safe), scrubbed by the same
+    remembering redactor, is given again from the rule's memory with this request's id
+    (``scrubber.recalled``), unless the rule's templates read more than that (``live``).
+    """
+    lookup = Lookup(exchange, found)
+    decided = (
+        _retry(compiled, exchange, lookup, scrub, options)
+        if compiled.action is Action.RETRY
+        else (compiled.action, False, Resend.SAFE, None)  # what _retry decides for the rest
+    )
+    if compiled.live or len(exchange.text) > _BUILT_TEXT_MAX:
+        return _build(compiled, exchange, scrub, options, lookup, decided)
+    document = exchange.written() if exchange.is_json else b""
+    try:
+        values = orjson.dumps(found)
+    except (orjson.JSONEncodeError, TypeError):
+        return _build(compiled, exchange, scrub, options, lookup, decided)
+    about = (
+        exchange.status,
+        exchange.method,
+        exchange.path,
+        exchange.route,
+        exchange.content_type,
+        exchange.protocol,
+        exchange.rpc_method,
+        exchange.tool,
+        exchange.applied,
+        exchange.destructive,
+        exchange.text,
+        values,
+        decided[0].value,  # the enums' values: a member hashes in Python, its str in C
+        decided[1],
+        decided[2].value,
+        decided[3],
+        options.retry_after_default_ms,
+        options.retry_after_max_ms,
+        options.docs_base_url,
+    )
+    envelope = recalled(
+        compiled.built,
+        scrub,
+        about,
+        document,
+        lambda: _build(compiled, exchange, scrub, options, lookup, decided),
+        len(exchange.text) + len(exchange.path) + len(values),
+    )
+    # a copy each time, remembered or not: envelopes are told apart by identity (a batch's
+    # errors reviewed one by one, ``envelope_steps._put_back``)
+    return revised(envelope, {"request_id": exchange.request_id})
+
+
+def _build(
+    compiled: CompiledEnvelope,
+    exchange: Exchange,
+    scrub: Scrub,
+    options: BuildOptions,
+    lookup: Lookup,
+    decided: _Retry,
+) -> Envelope:
+    def render(value: Any) -> Any:
+        return render_value(value, lookup, scrub)
+
+    def text(value: Any) -> str | None:
+        rendered = render(value)
+        return single_line(rendered) if rendered not in (None, "") else None
+
+    spec = compiled.spec
+    action, retryable, again, wait = decided
 
     invalid = (
         invalid_fields.written(compiled.invalid_fields, render, scrub)
@@ -175,7 +261,7 @@ def build(
             "next_operation": next_operation,
             "next_operation_args": args,
             "related_codes": tuple(spec.related_codes),
-            "upstream_detail": _upstream_detail(spec, exchange, scrub),
+            "upstream_detail": _upstream_detail(compiled, exchange, scrub),
             "docs_url": f"{options.docs_base_url}/_mend/errors/{spec.code}",
             "request_id": exchange.request_id,
             "upstream_status": exchange.status,
@@ -231,12 +317,19 @@ def _cites(text: str, names: tuple[str, ...]) -> bool:
     return any(name in text for name in names)
 
 
-def _upstream_detail(spec: EnvelopeSpec, exchange: Exchange, scrub: Scrub) -> Any:
-    """The upstream's small structured detail, redacted, for rules that keep it (fallbacks)."""
+def _upstream_detail(compiled: CompiledEnvelope, exchange: Exchange, scrub: Scrub) -> Any:
+    """The upstream's small structured detail, redacted, for rules that keep it (fallbacks);
+    a document seen before answered from the rule's memory (``scrubber.recalled``)."""
+    spec = compiled.spec
     if not spec.upstream_detail or not exchange.is_json:
         return None
-    found = detail.structured(exchange.json, exchange.status)
-    return None if found is None else scrub_value(found, scrub)
+
+    def make() -> Any:
+        found = detail.structured(exchange.json, exchange.status)
+        return None if found is None else scrub_value(found, scrub)
+
+    made_ = recalled(compiled.details, scrub, exchange.status, exchange.written(), make)
+    return dict(made_) if isinstance(made_, dict) else made_  # scalars: a copy is a deep one
 
 
 def _int(value: Any) -> int | None:

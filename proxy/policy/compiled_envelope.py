@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.policy.envelope import Action, Category, Severity
 from proxy.policy.rulefile import EnvelopeSpec, InvalidFieldsSpec, compile_jmespath
+from proxy.policy.scrubber import Remembered
 from proxy.policy.template import Template, compile_value
 
 DEFAULT_ACTION: dict[Category, Action] = {
@@ -45,6 +46,8 @@ class CompiledInvalidFields:
     allowed_values: Any
     strip: tuple[str, ...]
     camel: bool
+    #: what these queries found in documents seen before (``invalid_fields.found``)
+    memory: Remembered = field(default_factory=Remembered, compare=False, repr=False)
 
     @classmethod
     def compile(cls, spec: InvalidFieldsSpec) -> CompiledInvalidFields:
@@ -121,6 +124,13 @@ class CompiledEnvelope:
     next_operation: Any
     next_operation_args: Any
     retry_after_ms: Any
+    #: the upstream details made of documents seen before (``build._upstream_detail``)
+    details: Remembered = field(default_factory=Remembered, compare=False, repr=False)
+    #: whether an envelope of this rule can read more than ``build``'s memory keys it by: the
+    #: request id or a header (a template names one)
+    live: bool = True
+    #: envelopes built before (``build.build``), when not ``live``
+    built: Remembered = field(default_factory=Remembered, compare=False, repr=False)
 
     @classmethod
     def compile(cls, spec: EnvelopeSpec, rule: str) -> CompiledEnvelope:
@@ -143,4 +153,42 @@ class CompiledEnvelope:
             next_operation=_compile_optional(spec.next_operation),
             next_operation_args=compile_value(spec.next_operation_args),
             retry_after_ms=compile_value(spec.retry_after_ms),
+            live=any(_live(name) for name in _names(spec)),
         )
+
+
+def _live(name: str) -> bool:
+    """Whether a template variable reads what ``build``'s memory does not key by."""
+    return name == "request_id" or name.startswith(("headers.", "request_headers."))
+
+
+def _names(spec: EnvelopeSpec) -> set[str]:
+    """Every variable the templates of an envelope block name (its ``invalid_fields`` list
+    included), read from its compiled values."""
+    names: set[str] = set()
+    pending: list[Any] = [
+        compile_value(value)
+        for value in (
+            spec.message,
+            spec.hint,
+            spec.steps,
+            spec.field,
+            [item.model_dump() for item in spec.invalid_fields]
+            if isinstance(spec.invalid_fields, list)
+            else None,
+            spec.allowed_values,
+            spec.suggested_value,
+            spec.next_operation,
+            spec.next_operation_args,
+            spec.retry_after_ms,
+        )
+    ]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, Template):
+            names.update(value.names)
+        elif isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return names

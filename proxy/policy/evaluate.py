@@ -21,6 +21,7 @@ from proxy.policy.protocols.base import Call, Protocol, Rendered, Unit
 from proxy.policy.protocols.detect import Detector
 from proxy.policy.redaction import Redactor, Scrubbed, echo
 from proxy.policy.ruleset import Match, RuleSet
+from proxy.policy.scrubber import Scrubber
 
 
 def agent_redactor() -> Redactor:
@@ -55,13 +56,8 @@ def scrubber(redactor: Redactor, exchange: Exchange, kinds: list[str]) -> Callab
     run: Callable[[str], Scrubbed] = redactor.scrub
     if exchange.arguments:
         run = echo.keeping(run, echo.kept_values(redactor, arguments.echoed(exchange.arguments)))
-
-    def scrub(text: str) -> str:
-        scrubbed = run(text)
-        kinds.extend(scrubbed.kinds)
-        return scrubbed.text
-
-    return scrub
+        return Scrubber(run, kinds, None).scrub
+    return Scrubber(run, kinds, redactor if redactor.remembers else None).scrub
 
 
 def evaluate(

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+import orjson
+
 from proxy.policy.envelope import Applied
 
 if TYPE_CHECKING:
@@ -55,10 +57,31 @@ class Exchange:
     arguments: Any = None
     #: JMESPath results by expression: many rules ask the same questions of one body.
     queried: dict[str, Any] = field(default_factory=dict)
+    #: ``written``'s answer, and the document it was written from
+    _written: tuple[Any, bytes | None] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def is_json(self) -> bool:
         return self.json is not NOT_JSON
+
+    def written(self) -> bytes | None:
+        """The JSON document as ``orjson`` writes it (equal documents, equal bytes: a key for
+        what was made of one before), once per document; ``None``: not JSON, or a document
+        ``orjson`` cannot write (an integer past 64 bits)."""
+        document = self.json
+        known = self._written
+        if known is not None and known[0] is document:
+            return known[1]
+        written: bytes | None = None
+        if document is not NOT_JSON:
+            try:
+                written = orjson.dumps(document)
+            except (orjson.JSONEncodeError, TypeError):
+                written = None
+        self._written = (document, written)
+        return written
 
     def query(self, expression: str, compiled: Query) -> Any:
         """``compiled.search(self.json)``, computed once per expression per exchange."""

@@ -10,6 +10,7 @@ from proxy.policy.compiled_envelope import CompiledInvalidFields
 from proxy.policy.envelope import InvalidField, made
 from proxy.policy.exchange import Exchange
 from proxy.policy.pointer import to_pointer
+from proxy.policy.scrubber import recalled
 from proxy.policy.template import scrub_value
 from proxy.policy.variables import single_line
 
@@ -69,11 +70,27 @@ def written(
 def found(
     compiled: CompiledInvalidFields | None, exchange: Exchange, scrub: Scrub
 ) -> list[InvalidField]:
-    """The fields the upstream's JSON names where a rule's queries say, at most 100."""
+    """The fields the upstream's JSON names where a rule's queries say, at most 100.
+
+    What a document gave before, scrubbed by the same remembering redactor, is given again from
+    the rule's memory, and the kinds its scrubbing reported are reported again: the fields are a
+    function of the document and the redactor alone (``Scrubber``).
+    """
     if compiled is None or not exchange.is_json:
         return []
+    fields = recalled(
+        compiled.memory,
+        scrub,
+        None,
+        exchange.written(),
+        lambda: tuple(_found(compiled, exchange.json, scrub)),
+    )
+    return list(fields)
+
+
+def _found(compiled: CompiledInvalidFields, document: Any, scrub: Scrub) -> list[InvalidField]:
     out: list[InvalidField] = []
-    for location, reason, received, context in compiled.items(exchange.json)[:100]:
+    for location, reason, received, context in compiled.items(document)[:100]:
         pointer = to_pointer(location, compiled.strip)
         if pointer is None:
             continue

@@ -240,6 +240,14 @@ def _protocol_predicates(when: When) -> list[Predicate]:
     return preds
 
 
+def header_names(when: When, kind: str) -> frozenset[str]:
+    """The names (lower case) of the ``kind`` headers (``headers`` or ``request_headers``)
+    ``when`` or a block nested in it reads: all a rule can see of them."""
+    names = frozenset(name.lower() for name in getattr(when, kind) or {})
+    nested = [*(when.all or ()), *(when.any or ()), *([when.not_] if when.not_ else [])]
+    return names.union(*(header_names(sub, kind) for sub in nested))
+
+
 def speaks_protocol(when: When) -> bool:
     """Whether ``when`` (or a block nested in it) names ``protocol``, ``tool`` or ``rpc_method``:
     such a rule is about errors a protocol reports, in a 200 as in a 500."""

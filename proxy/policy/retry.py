@@ -129,13 +129,20 @@ def _field(headers: Mapping[str, str], name: str) -> str | None:
 
 
 def retry_after_ms(headers: Mapping[str, str], now: float | None = None) -> int | None:
-    """Milliseconds the upstream asks the client to wait, or ``None`` when it does not say."""
-    now = _reference(headers, time.time() if now is None else now)
-    seconds: float | None = None
+    """Milliseconds the upstream asks the client to wait, or ``None`` when it does not say.
+
+    The clock (``_reference``: the upstream's ``Date`` read) is set only when a stated moment
+    needs it: a ``Retry-After`` in seconds, the common case, never reads the ``Date``.
+    """
     if (value := headers.get("Retry-After-Ms")) is not None and _DECIMAL.fullmatch(value.strip()):
-        seconds = float(value) / 1000  # Azure OpenAI: the same, in milliseconds
-    if seconds is None and (value := headers.get("Retry-After")) is not None:
-        seconds = _seconds_from_retry_after(value, now)
+        return round(float(value) / 1000 * 1000)  # Azure OpenAI: the same, in milliseconds
+    after = headers.get("Retry-After")
+    if after is not None and _DECIMAL.fullmatch(after.strip()):
+        return round(float(after.strip()) * 1000)
+    clock = _reference(headers, time.time() if now is None else now)
+    seconds: float | None = None
+    if after is not None:
+        seconds = _seconds_from_retry_after(after, clock)
     if seconds is None and (value := _field(headers, "RateLimit")) is not None:
         seconds = ratelimit.wait_seconds(value, _field(headers, "RateLimit-Policy"))
         if seconds is None and (match := _RESET_PARAM.search(value)) is not None:
@@ -144,7 +151,7 @@ def retry_after_ms(headers: Mapping[str, str], now: float | None = None) -> int 
         if seconds is not None:
             break
         if (value := headers.get(name)) is not None:
-            seconds = _seconds_from_reset(value, now)
+            seconds = _seconds_from_reset(value, clock)
     for name in ("X-RateLimit-Reset-Requests", "X-RateLimit-Reset-Tokens"):
         if seconds is None and (value := headers.get(name)) is not None:
             seconds = _seconds_from_duration(value)

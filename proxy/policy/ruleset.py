@@ -21,6 +21,7 @@ from proxy.policy.matchers import (
     Found,
     Predicate,
     compile_when,
+    header_names,
     required_keys,
     speaks_protocol,
     statuses,
@@ -53,6 +54,10 @@ class Rule:
     requires: tuple[frozenset[str], ...] = ()
     #: names ``protocol``, ``tool`` or ``rpc_method``: about errors a protocol reports
     speaks: bool = False
+    #: the response and request headers its conditions read (lower case); ``None``: not known,
+    #: so a rule set holding it never remembers a match (``MatchMemory``)
+    headers_read: frozenset[str] | None = None
+    request_headers_read: frozenset[str] | None = None
 
     @classmethod
     def compile(cls, loaded: LoadedRule) -> Rule:
@@ -75,6 +80,8 @@ class Rule:
             body_pattern=spec.when.body,
             requires=required_keys(spec.when),
             speaks=speaks,
+            headers_read=header_names(spec.when, "headers"),
+            request_headers_read=header_names(spec.when, "request_headers"),
         )
 
     @property
@@ -185,6 +192,86 @@ _SHAPES_MAX = 1024
 Shape = tuple[int, frozenset[int], frozenset[str]]
 
 
+#: Responses whose match a rule set remembers, the characters their keys may hold in all, and
+#: the longest body remembered: an API that answers the same error again (an agent retrying a
+#: request unchanged) is matched once, and the memory stays under a few MB.
+_MATCHES_MAX = 256
+_MATCH_CHARS_MAX = 2 << 20
+_MATCH_TEXT_MAX = 32_768
+
+#: Sentinel: no match remembered for a key (``None`` is a remembered "no rule matches").
+_UNKNOWN = object()
+
+MatchKey = tuple[Any, ...]
+
+
+class MatchMemory:
+    """The match of a response seen before, by everything a rule set's conditions can read of
+    it: status, method, path, content type, protocol, tool, JSON-RPC method, body text, JSON
+    document (as ``orjson`` writes it), and the values of the headers its rules name.
+
+    Matching is a pure function of those, so a remembered match is the match; a response with
+    a longer body, or a document ``orjson`` cannot write, is matched and not remembered.
+    Bounded by entries and by characters, the oldest dropped first.
+    """
+
+    __slots__ = ("chars", "entries", "headers", "request_headers")
+
+    def __init__(self, headers: tuple[str, ...], request_headers: tuple[str, ...]) -> None:
+        self.headers = headers
+        self.request_headers = request_headers
+        self.entries: dict[MatchKey, tuple[Match | None, int]] = {}
+        self.chars = 0
+
+    def key(self, exchange: Exchange) -> MatchKey | None:
+        text = exchange.text
+        if len(text) > _MATCH_TEXT_MAX:
+            return None
+        document: bytes | None = None
+        if exchange.is_json:
+            document = exchange.written()
+            if document is None or len(document) > _MATCH_TEXT_MAX:
+                return None
+        return (
+            exchange.status,
+            exchange.method,
+            exchange.path,
+            exchange.content_type,
+            exchange.protocol,
+            exchange.rpc_method,
+            exchange.tool,
+            text,
+            document,
+            tuple(map(exchange.headers.get, self.headers)),
+            tuple(map(exchange.request_headers.get, self.request_headers)),
+        )
+
+    def get(self, key: MatchKey) -> Any:
+        """The remembered ``Match`` (or ``None``), else ``_UNKNOWN``."""
+        entry = self.entries.get(key)
+        return _UNKNOWN if entry is None else entry[0]
+
+    def put(self, key: MatchKey, match: Match | None) -> None:
+        size = len(key[7]) + len(key[8] or b"") + len(key[2])
+        entries = self.entries
+        while entries and (len(entries) >= _MATCHES_MAX or self.chars + size > _MATCH_CHARS_MAX):
+            self.chars -= entries.pop(next(iter(entries)))[1]
+        entries[key] = (match, size)
+        self.chars += size
+
+
+def _memory(rules: Iterable[Rule]) -> MatchMemory | None:
+    """A match memory for ``rules``, or ``None`` when one of them does not say what it reads."""
+    headers: set[str] = set()
+    asked: set[str] = set()
+    for rule in rules:
+        if rule.headers_read is None or rule.request_headers_read is None:
+            return None
+        headers |= rule.headers_read
+        asked |= rule.request_headers_read
+    return MatchMemory(tuple(sorted(headers)), tuple(sorted(asked)))
+
+
 def _wanted_on_success(rule_id: str, globs: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(rule_id, g) for g in globs)
 
@@ -203,6 +290,8 @@ class RuleSet:
     #: the
     #: protocol packs and the rules that name a protocol (``match_unit``)
     units: RuleSet | None = field(default=None, compare=False)
+    #: matches of responses seen before (``None``: not remembered)
+    memory: MatchMemory | None = field(default=None, compare=False)
 
     @classmethod
     def build(
@@ -250,7 +339,14 @@ class RuleSet:
             status: frozenset(path for rule in bucket for need in rule.requires for path in need)
             for status, bucket in buckets.items()
         }
-        return cls(ordered, buckets, prefiltered, _required=required, units=units)
+        return cls(
+            ordered,
+            buckets,
+            prefiltered,
+            _required=required,
+            units=units,
+            memory=_memory(ordered),
+        )
 
     def match_unit(self, exchange: Exchange) -> Match | None:
         """``match`` for one error a protocol found in a response (``proxy/policy/protocols``)."""
@@ -279,6 +375,21 @@ class RuleSet:
         return known
 
     def match(self, exchange: Exchange) -> Match | None:
+        """The first rule that matches ``exchange``, with what it found; a response seen before
+        is answered from ``memory`` (its found values copied)."""
+        memory = self.memory
+        key = None if memory is None else memory.key(exchange)
+        if key is None:
+            return self.walk(exchange)
+        assert memory is not None
+        known = memory.get(key)
+        if known is _UNKNOWN:
+            known = self.walk(exchange)
+            memory.put(key, known)
+        return None if known is None else Match(known.rule, dict(known.found))
+
+    def walk(self, exchange: Exchange) -> Match | None:
+        """The first rule that matches ``exchange``, every candidate tried in turn."""
         for rule in self.candidates(exchange):
             matched, found, _ = rule.test(exchange)
             if matched:

@@ -128,7 +128,8 @@ class Redactor:
         self._scan_limit = scan_limit
         self._note = note
         self._record = record
-        self._caching = record is None and note is None
+        #: ``scrub`` and ``mask`` answer a text seen before from memory (not when recording)
+        self.remembers = record is None and note is None
         #: the kinds ``mask`` detectors report: a value holding one holds a secret
         self.secret_kinds = frozenset(
             d.spec.kind for d in self.detectors.detectors if d.spec.action == "mask"
@@ -146,7 +147,7 @@ class Redactor:
     def mask(self, text: str) -> Scrubbed:
         """Mask secrets only; everything else (traces, paths, hosts) stays for the operator;
         a body seen before is answered from memory (``_Remembered``)."""
-        return self._masked.get(text, self._mask) if self._caching else self._mask(text)
+        return self._masked.get(text, self._mask) if self.remembers else self._mask(text)
 
     def _mask(self, text: str) -> Scrubbed:
         kinds: list[str] = []
@@ -157,7 +158,7 @@ class Redactor:
 
     def scrub(self, text: str) -> Scrubbed:
         """Cut everything internal; keep at most a short useful sentence (or a neutral one)."""
-        if len(text) > CACHED_LENGTH or not self._caching:
+        if len(text) > CACHED_LENGTH or not self.remembers:
             return self._scrub(text)
         # errors repeat: the same field names, reasons and messages arrive again and again
         cached = self._cache.get(text)

@@ -136,7 +136,11 @@ def build(
         if compiled.action is Action.RETRY
         else (compiled.action, False, Resend.SAFE, None)  # what _retry decides for the rest
     )
-    if compiled.live or len(exchange.text) > _BUILT_TEXT_MAX:
+    if (
+        compiled.live
+        or len(exchange.text) > _BUILT_TEXT_MAX
+        or not compiled.built.probation.worth()  # resting: no key made (``memo.py``)
+    ):
         return _build(compiled, exchange, scrub, options, lookup, decided)
     document = exchange.written() if exchange.is_json else b""
     try:

@@ -26,6 +26,7 @@ from proxy.policy.matchers import (
     speaks_protocol,
     statuses,
 )
+from proxy.policy.memo import Probation
 from proxy.policy.query import present_paths
 from proxy.policy.rulefile import Docs, LoadedRule, compile_jmespath
 
@@ -215,13 +216,22 @@ class MatchMemory:
     Bounded by entries and by characters, the oldest dropped first.
     """
 
-    __slots__ = ("chars", "entries", "headers", "request_headers")
+    __slots__ = ("chars", "entries", "headers", "probations", "request_headers")
 
     def __init__(self, headers: tuple[str, ...], request_headers: tuple[str, ...]) -> None:
         self.headers = headers
         self.request_headers = request_headers
         self.entries: dict[MatchKey, tuple[Match | None, int]] = {}
         self.chars = 0
+        #: by status: asked only while responses with it repeat (``proxy/policy/memo.py``); a
+        #: route whose 500s never repeat (a timestamp in each) still remembers its 422s
+        self.probations: dict[int, Probation] = {}
+
+    def probation(self, status: int) -> Probation:
+        probation = self.probations.get(status)
+        if probation is None:  # at most one per status code an upstream can send (100-999)
+            probation = self.probations[status] = Probation()
+        return probation
 
     def key(self, exchange: Exchange) -> MatchKey | None:
         text = exchange.text
@@ -378,14 +388,19 @@ class RuleSet:
         """The first rule that matches ``exchange``, with what it found; a response seen before
         is answered from ``memory`` (its found values copied)."""
         memory = self.memory
-        key = None if memory is None else memory.key(exchange)
+        if memory is None:
+            return self.walk(exchange)
+        probation = memory.probation(exchange.status or 0)
+        key = memory.key(exchange) if probation.worth() else None
         if key is None:
             return self.walk(exchange)
-        assert memory is not None
         known = memory.get(key)
         if known is _UNKNOWN:
+            probation.miss()
             known = self.walk(exchange)
             memory.put(key, known)
+        else:
+            probation.hit()
         return None if known is None else Match(known.rule, dict(known.found))
 
     def walk(self, exchange: Exchange) -> Match | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from proxy.policy.memo import Probation
 from proxy.policy.redaction import Redactor, Scrubbed
 
 T = TypeVar("T")
@@ -53,11 +54,13 @@ class Remembered:
     ``orjson`` writes it (``Exchange.written``). Bounded by entries and characters, the oldest
     dropped first."""
 
-    __slots__ = ("chars", "entries")
+    __slots__ = ("chars", "entries", "probation")
 
     def __init__(self) -> None:
         self.entries: dict[tuple[object, bytes], tuple[Any, tuple[str, ...], int]] = {}
         self.chars = 0
+        #: asked only while documents repeat (``proxy/policy/memo.py``)
+        self.probation = Probation()
 
     def put(
         self, key: tuple[object, bytes], value: Any, kinds: tuple[str, ...], weight: int = 0
@@ -87,14 +90,16 @@ def recalled(
     scrubber = of(scrub)
     if scrubber is None or scrubber.redactor is None:
         return make()
-    if document is None or len(document) > DOCUMENT_MAX:
+    if document is None or len(document) > DOCUMENT_MAX or not memory.probation.worth():
         return make()
     key = ((scrubber.redactor, about), document)
     known = memory.entries.get(key)
     if known is None:
+        memory.probation.miss()
         start = len(scrubber.kinds)
         value = make()
         memory.put(key, value, tuple(scrubber.kinds[start:]), weight)
         return value
+    memory.probation.hit()
     scrubber.kinds.extend(known[1])
     return known[0]  # type: ignore[no-any-return]

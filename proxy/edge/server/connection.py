@@ -217,6 +217,8 @@ class AgentConnection(BaseProtocol):
             )
         except head.InvalidTarget as exc:
             raise _Refuse(MalformedRequest(f"invalid request target {exc}")) from None
+        except head.InvalidFraming as exc:
+            raise _Refuse(MalformedRequest(str(exc))) from None
         body = EMPTY_PAYLOAD
         if _has_body(message):
             body = self._body = StreamReader(self, BODY_BUFFER, loop=self._loop)

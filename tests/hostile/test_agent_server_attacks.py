@@ -1,0 +1,125 @@
+"""Attacks on mend's own agent-side server (``proxy/edge/server``) from raw sockets.
+
+A real mend (a process, or in process where the test needs a small connection cap) in front of
+a raw asyncio upstream that records the exact bytes it was sent: what an agent's bytes become
+upstream is the point of most of these. Each test is one behaviour that was broken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from tests.conftest import Mend, StartMend, StartUpstream
+from tests.hostile.procs import (
+    MendProcess,
+    body_of,
+    mend_process,
+    raw_exchange,
+    raw_server,
+    status_of,
+)
+
+
+class Upstream:
+    """What a raw upstream received: each request's head and body, exactly as sent."""
+
+    def __init__(self) -> None:
+        self.seen: list[bytes] = []
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length, chunked = 0, False
+            for line in head.lower().split(b"\r\n"):
+                name, _, value = line.partition(b":")
+                if name == b"content-length":
+                    length = int(value)
+                elif name == b"transfer-encoding":
+                    chunked = b"chunked" in value
+            body = b""
+            if chunked:
+                while True:
+                    size = await reader.readuntil(b"\r\n")
+                    body += size + await reader.readexactly(int(size.split(b";")[0], 16) + 2)
+                    if int(size.split(b";")[0], 16) == 0:
+                        break
+            else:
+                body = await reader.readexactly(length)
+            self.seen.append(head + body)
+            answer = json.dumps({"received": len(body)}).encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(answer), answer)
+            )
+            await writer.drain()
+
+
+@contextmanager
+def mend_before_raw(tmp_path: Path, **config: Any) -> Iterator[tuple[MendProcess, Upstream]]:
+    upstream = Upstream()
+    with raw_server(upstream.serve) as server:
+        route = {"name": "api", "upstream": f"http://127.0.0.1:{server.port}"}
+        with mend_process(tmp_path, {"routes": [route], **config}) as mend:
+            yield mend, upstream
+
+
+def _read_all(sock: socket.socket, wait: float) -> bytes:
+    sock.settimeout(wait)
+    out = b""
+    try:
+        while chunk := sock.recv(65536):
+            out += chunk
+    except (TimeoutError, ConnectionError):
+        pass
+    return out
+
+
+def test_a_chunked_body_named_over_two_transfer_encoding_fields_is_forwarded(
+    tmp_path: Path,
+) -> None:
+    """``Transfer-Encoding: gzip`` then ``Transfer-Encoding: chunked``: llhttp reads a chunked
+    body (its last coding is chunked), and so must the request mend forwards (only the first
+    field was read: the body was dropped and the upstream was sent ``Content-Length: 0``)."""
+    with mend_before_raw(tmp_path) as (mend, upstream):
+        raw = raw_exchange(
+            mend.port,
+            b"POST /a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n"
+            b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        )
+    assert status_of(raw) == 200
+    assert len(upstream.seen) == 1
+    assert b"hello" in upstream.seen[0]
+    assert b"content-length: 0" not in upstream.seen[0].lower()
+
+
+def test_a_transfer_encoding_not_ending_in_chunked_is_refused_before_it_is_forwarded(
+    tmp_path: Path,
+) -> None:
+    """``Transfer-Encoding: xchunked`` leaves a request body's length unknown (RFC 9112 §6.3):
+    a 400, and nothing upstream (llhttp said so only after the head was handed over: the
+    request had already started and failed as the upstream's 502)."""
+    with mend_before_raw(tmp_path) as (mend, upstream):
+        raw = raw_exchange(
+            mend.port,
+            b"POST /a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: xchunked\r\n\r\n"
+            b"5\r\nhello\r\n0\r\n\r\n",
+        )
+        time.sleep(0.3)
+    assert status_of(raw) == 400
+    assert body_of(raw)["error"]["code"] == "MALFORMED_REQUEST"
+    assert upstream.seen == []
+
+
+async def _ok(request: web.Request) -> web.Response:
+    return web.json_response({"path": request.path})
+

@@ -120,6 +120,22 @@ def test_a_transfer_encoding_not_ending_in_chunked_is_refused_before_it_is_forwa
     assert upstream.seen == []
 
 
+def test_a_malformed_chunk_is_the_agents_400_not_the_upstreams_502(tmp_path: Path) -> None:
+    """A chunk size that is not hex ends the request as the agent's malformed request (the
+    body's failure read as a reset: mend answered, logged and counted the upstream's 502)."""
+    with mend_before_raw(tmp_path) as (mend, upstream):
+        raw = raw_exchange(
+            mend.port,
+            b"POST /a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"5\r\nhello\r\n5g\r\nworld\r\n0\r\n\r\n",
+        )
+        time.sleep(0.3)
+        lines = [line for line in mend.log_lines() if line.get("event") == "request"]
+    assert status_of(raw) == 400
+    assert body_of(raw)["error"]["code"] == "MALFORMED_REQUEST"
+    assert [line["status"] for line in lines] == [400]
+
+
 async def _ok(request: web.Request) -> web.Response:
     return web.json_response({"path": request.path})
 

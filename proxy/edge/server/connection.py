@@ -334,7 +334,7 @@ class AgentConnection(BaseProtocol):
         connection closes."""
         self._head_by = None
         if self._body is not None:  # a body that breaks off (a bad chunk): its request ends too
-            self._body.set_exception(ConnectionResetError(str(failure)))
+            self._body.set_exception(failure)
             self._body = None
             self._closing = True
             return

@@ -84,6 +84,28 @@ def _read_all(sock: socket.socket, wait: float) -> bytes:
     return out
 
 
+def test_a_body_still_arriving_at_sigterm_is_read_and_its_request_answered(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM while a request's body is on its way: the rest of the body is read and the
+    request is answered within the grace (the server stopped reading the connection at
+    shutdown, so the request waited for bytes it dropped until the grace ran out)."""
+    with mend_before_raw(tmp_path, shutdown_timeout=8) as (mend, upstream):
+        with socket.create_connection(("127.0.0.1", mend.port), timeout=10) as sock:
+            sock.sendall(b"POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\n12345")
+            time.sleep(0.5)  # the request is running, half its body read
+            began = time.monotonic()
+            mend.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            sock.sendall(b"67890")
+            raw = _read_all(sock, 10)
+            took = time.monotonic() - began
+        assert status_of(raw) == 200, raw[:200]
+        assert body_of(raw) == {"received": 10}
+        assert took < 5  # well inside the 8 s grace, not cut at its end
+        assert upstream.seen[0].endswith(b"\r\n\r\n1234567890")
+
+
 def test_a_chunked_body_named_over_two_transfer_encoding_fields_is_forwarded(
     tmp_path: Path,
 ) -> None:

@@ -148,8 +148,8 @@ class AgentConnection(BaseProtocol):
         if self._sink is not None:
             self._sink.feed_data(data)
             return
-        if self._closing or self._refused:
-            return
+        if self._refused or (self._closing and self._body is None):
+            return  # (a body still arriving is read: its request runs to its end)
         if self._upgrade:  # held until the upgrade is answered (a tunnel, or HTTP again)
             self._tail += data
             if len(self._tail) > self.limits.max_head:
@@ -175,6 +175,8 @@ class AgentConnection(BaseProtocol):
     # --- llhttp's callbacks ---------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        if self._closing:  # behind a body read while closing: no new request
+            return
         self._in_head = True
         self._target, self._raw = b"", []
         self.idle_until = None
@@ -201,6 +203,8 @@ class AgentConnection(BaseProtocol):
             raise _Refuse(HeadersTooLarge("Too many headers", limit=limits.max_headers))
 
     def on_headers_complete(self) -> None:
+        if self._closing and not self._in_head:
+            return
         self._in_head = False
         self._head_bytes = 0
         self._head_by = None

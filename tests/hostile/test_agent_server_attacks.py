@@ -161,3 +161,28 @@ def test_a_malformed_chunk_is_the_agents_400_not_the_upstreams_502(tmp_path: Pat
 async def _ok(request: web.Request) -> web.Response:
     return web.json_response({"path": request.path})
 
+
+async def test_a_connection_reading_its_next_head_is_not_closed_to_make_room(
+    start_mend: StartMend, start_upstream: StartUpstream
+) -> None:
+    """A pipelined head still arriving when the response before it ends: the connection is
+    not idle, so a newcomer at the connection cap does not close it (its keep-alive deadline
+    was set anyway, and the cap closed it mid-request as the longest idle)."""
+    mend: Mend = await start_mend(await start_upstream({"/{name}": _ok}), max_connections=1)
+    server = mend.client.server
+    assert server.port is not None
+    reader, writer = await asyncio.open_connection(server.host, server.port)
+    writer.write(b"GET /first HTTP/1.1\r\nHost: a\r\n\r\nGET /second HTTP/1.1\r\n")
+    async with asyncio.timeout(5):
+        first = await reader.readuntil(b'"/first"}')
+    assert first.startswith(b"HTTP/1.1 200")
+    await asyncio.sleep(0.1)
+    other_reader, other_writer = await asyncio.open_connection(server.host, server.port)
+    await asyncio.sleep(0.2)  # accepted: room made, or not
+    writer.write(b"Host: a\r\nConnection: close\r\n\r\n")
+    async with asyncio.timeout(5):
+        second = await reader.read()
+    writer.close()
+    other_writer.close()
+    assert second.startswith(b"HTTP/1.1 200"), second[:200]
+    assert b'"/second"' in second

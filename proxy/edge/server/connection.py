@@ -206,6 +206,7 @@ class AgentConnection(BaseProtocol):
         if self._closing and not self._in_head:
             return
         self._in_head = False
+        self.idle_until = None
         self._head_bytes = 0
         self._head_by = None
         parser = self.parser
@@ -272,7 +273,7 @@ class AgentConnection(BaseProtocol):
             self._http_again()
         elif self._queue:
             self._next()
-        else:
+        elif not self._in_head:  # (a head arriving has its own deadline: not idle)
             self._wait_idle()
 
     async def _answer(

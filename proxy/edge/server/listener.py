@@ -76,7 +76,7 @@ class AgentServer:
         oldest: AgentConnection | None = None
         oldest_until = 0.0
         for other in self.connections:
-            until = other.idle_until if other.served and other is not new else None
+            until = other.idle_until if other.served and other.is_idle and other is not new else None
             if until is not None and (oldest is None or until < oldest_until):
                 oldest, oldest_until = other, until
         if oldest is None:

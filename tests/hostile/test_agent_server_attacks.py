@@ -156,6 +156,7 @@ def test_a_malformed_chunk_is_the_agents_400_not_the_upstreams_502(tmp_path: Pat
     assert status_of(raw) == 400
     assert body_of(raw)["error"]["code"] == "MALFORMED_REQUEST"
     assert [line["status"] for line in lines] == [400]
+    assert upstream.seen == []  # the body never completed upstream
 
 
 async def _ok(request: web.Request) -> web.Response:
@@ -177,7 +178,7 @@ async def test_a_connection_reading_its_next_head_is_not_closed_to_make_room(
         first = await reader.readuntil(b'"/first"}')
     assert first.startswith(b"HTTP/1.1 200")
     await asyncio.sleep(0.1)
-    other_reader, other_writer = await asyncio.open_connection(server.host, server.port)
+    _, other_writer = await asyncio.open_connection(server.host, server.port)
     await asyncio.sleep(0.2)  # accepted: room made, or not
     writer.write(b"Host: a\r\nConnection: close\r\n\r\n")
     async with asyncio.timeout(5):

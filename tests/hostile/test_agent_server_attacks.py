@@ -15,10 +15,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
+from proxy.runtime.app import MendServer
 from tests.conftest import Mend, StartMend, StartUpstream
 from tests.hostile.procs import (
     MendProcess,
@@ -187,3 +188,61 @@ async def test_a_connection_reading_its_next_head_is_not_closed_to_make_room(
     other_writer.close()
     assert second.startswith(b"HTTP/1.1 200"), second[:200]
     assert b'"/second"' in second
+
+
+async def test_requests_pipelined_in_one_read_are_not_all_queued(
+    start_mend: StartMend, start_upstream: StartUpstream
+) -> None:
+    """Two thousand requests in one write behind a slow one: no more than about ``max_queued``
+    wait parsed (the socket was paused only after a whole read was parsed, so every request in
+    it was queued, a request object each: 16 times the bytes sent, per connection)."""
+
+    async def slow(_: web.Request) -> web.Response:
+        await asyncio.sleep(1.0)
+        return web.json_response({"slow": True})
+
+    mend = await start_mend(await start_upstream({"/slow": slow, "/{name}": _ok}))
+    server = mend.client.server
+    assert server.port is not None
+    _, writer = await asyncio.open_connection(server.host, server.port)
+    request = b"GET /fast HTTP/1.1\r\nHost: a\r\n\r\n"
+    writer.write(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n" + request * 2000)
+    await writer.drain()
+    await asyncio.sleep(0.5)  # the slow request runs; the rest is read, or not
+    agents: MendServer = cast(Any, server).mend  # (conftest is imported twice, by two names)
+    queued = [len(connection._queue) for connection in agents.connections]
+    writer.close()
+    assert queued
+    assert max(queued) < 200, queued
+
+
+async def test_pipelined_requests_held_while_the_queue_is_full_are_all_answered(
+    start_mend: StartMend, start_upstream: StartUpstream
+) -> None:
+    """The requests read but held unparsed while the queue is full are answered, in order,
+    even behind a request that takes longer than the header timeout (a head cut where mend
+    stopped parsing is not the agent's slow head)."""
+    hits: list[str] = []
+
+    async def slow(_: web.Request) -> web.Response:
+        await asyncio.sleep(1.5)
+        return web.json_response({"slow": True})
+
+    async def count(request: web.Request) -> web.Response:
+        hits.append(request.path)
+        return web.json_response({"n": len(hits)})
+
+    mend = await start_mend(
+        await start_upstream({"/slow": slow, "/{name}": count}), client_header_timeout=0.5
+    )
+    server = mend.client.server
+    assert server.port is not None
+    reader, writer = await asyncio.open_connection(server.host, server.port)
+    requests = b"".join(b"GET /r%04d HTTP/1.1\r\nHost: a\r\n\r\n" % i for i in range(300))
+    last = b"GET /last HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+    writer.write(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n" + requests + last)
+    async with asyncio.timeout(20):
+        raw = await reader.read(-1)
+    writer.close()
+    assert raw.count(b"HTTP/1.1 200 OK") == 302
+    assert hits == [f"/r{i:04d}" for i in range(300)] + ["/last"]

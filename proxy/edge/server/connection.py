@@ -52,6 +52,9 @@ Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
 #: How much of a request body is held before the socket stops being read (aiohttp's limit).
 BODY_BUFFER = 2**16
+#: The most bytes llhttp parses at once: the queue is looked at between two pieces, so one read
+#: queues at most the requests one piece holds (about a hundred of the smallest) past its cap.
+FEED_PIECE = 2048
 
 
 class Sink(Protocol):
@@ -109,6 +112,8 @@ class AgentConnection(BaseProtocol):
         self._upgrade = False
         self._tail = b""
         self._sink: Sink | None = None
+        #: bytes read but not parsed while ``max_queued`` requests wait (``_feed``)
+        self._pending = b""
 
     # --- the transport --------------------------------------------------------------------------
 
@@ -126,6 +131,7 @@ class AgentConnection(BaseProtocol):
         self._closing = True
         self._cancel_timers()
         self._queue.clear()
+        self._pending = b""
         lost = exc if exc is not None else ConnectionResetError("Connection lost")
         if self._body is not None:
             self._body.set_exception(lost)
@@ -155,22 +161,44 @@ class AgentConnection(BaseProtocol):
             if len(self._tail) > self.limits.max_head:
                 self._pause_reading_for_buffer()
             return
-        self._head_bytes += len(data) if self._in_head or self._current is None else 0
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade as exc:
-            self._upgrade = True
-            self._tail = data[exc.args[0] :]
-        except _Refuse as exc:
-            self._refuse(exc.failure)
-        except httptools.HttpParserError as exc:
-            if isinstance(exc.__context__, _Refuse):
-                self._refuse(exc.__context__.failure)
-            else:
-                self._refuse(MalformedRequest(str(exc)[:200] or type(exc).__name__))
-        else:
+        if self._pending:  # parsing waits for the queue (the socket is paused)
+            self._pending += data
+            return
+        self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
+        """``data`` to llhttp, ``FEED_PIECE`` bytes at a time: once ``max_queued`` requests wait,
+        the rest is kept unparsed (``_pending``) and the socket paused until one runs. (llhttp
+        cannot be paused between two requests: a whole read fed at once would queue every
+        request in it.)"""
+        size, start = len(data), 0
+        while start < size:
+            piece = data if size <= FEED_PIECE else data[start : start + FEED_PIECE]
+            start += len(piece)
+            self._head_bytes += len(piece) if self._in_head or self._current is None else 0
+            try:
+                self.parser.feed_data(piece)
+            except httptools.HttpParserUpgrade as exc:
+                self._upgrade = True
+                self._tail = piece[exc.args[0] :] + data[start:]
+                return
+            except _Refuse as exc:
+                self._refuse(exc.failure)
+                return
+            except httptools.HttpParserError as exc:
+                if isinstance(exc.__context__, _Refuse):
+                    self._refuse(exc.__context__.failure)
+                else:
+                    self._refuse(MalformedRequest(str(exc)[:200] or type(exc).__name__))
+                return
             if self._in_head and self._head_bytes > self.limits.max_head:
                 self._refuse(HeadersTooLarge("request head too large", limit=self.limits.max_head))
+                return
+            if start < size and len(self._queue) >= self.limits.max_queued:
+                self._pending = data[start:]
+                self._pause_reading_for_buffer()
+                self._head_by = None  # a head cut here is mend's wait, not the agent's
+                return
 
     # --- llhttp's callbacks ---------------------------------------------------------------------
 
@@ -253,11 +281,18 @@ class AgentConnection(BaseProtocol):
 
     def _next(self) -> None:
         request, handler = self._queue.popleft()
-        if self._buffer_paused and len(self._queue) < self.limits.max_queued:
-            self._resume_reading_for_buffer()
         self._current = request
         self._task = task = self._loop.create_task(self._run(request, handler))
         request._task = task
+        if len(self._queue) < self.limits.max_queued:
+            if self._pending and not self._closing:  # the bytes held while the queue was full
+                pending, self._pending = self._pending, b""
+                if self._in_head:  # its deadline, from now
+                    self._head_by = self._loop.time() + self.limits.header_timeout
+                    self._deadline(self._head_by)
+                self._feed(pending)
+            if self._buffer_paused and not self._pending:
+                self._resume_reading_for_buffer()
 
     async def _run(self, request: web.BaseRequest, handler: Handler) -> None:
         try:

@@ -246,3 +246,46 @@ async def test_pipelined_requests_held_while_the_queue_is_full_are_all_answered(
     writer.close()
     assert raw.count(b"HTTP/1.1 200 OK") == 302
     assert hits == [f"/r{i:04d}" for i in range(300)] + ["/last"]
+
+
+def _masked_text(payload: bytes) -> bytes:
+    """An agent's WebSocket text frame (RFC 6455 §5.2), masked, under 126 bytes."""
+    key = b"\x01\x02\x03\x04"
+    masked = bytes(byte ^ key[i % 4] for i, byte in enumerate(payload))
+    return bytes([0x81, 0x80 | len(payload)]) + key + masked
+
+
+async def test_bytes_behind_an_upgrade_pipelined_behind_a_request_go_to_the_tunnel(
+    start_mend: StartMend, start_upstream: StartUpstream
+) -> None:
+    """A request, then a WebSocket upgrade and its first frame in the same write: the frame
+    reaches the upstream's WebSocket (when the request ahead ended, the bytes held behind the
+    upgrade were parsed as HTTP before the upgrade had even run, and the frame was lost)."""
+
+    async def echo(request: web.Request) -> web.WebSocketResponse:
+        socket_ = web.WebSocketResponse()
+        await socket_.prepare(request)
+        async for message in socket_:
+            await socket_.send_str(message.data)
+        return socket_
+
+    mend = await start_mend(await start_upstream({"/ws": echo, "/{name}": _ok}))
+    server = mend.client.server
+    assert server.port is not None
+    reader, writer = await asyncio.open_connection(server.host, server.port)
+    writer.write(
+        b"GET /first HTTP/1.1\r\nHost: a\r\n\r\n"
+        b"GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        + _masked_text(b"hello")
+    )
+    try:
+        async with asyncio.timeout(5):
+            first = await reader.readuntil(b'"/first"}')
+            switched = await reader.readuntil(b"\r\n\r\n")
+            echoed = await reader.readexactly(7)
+    finally:
+        writer.close()
+    assert first.startswith(b"HTTP/1.1 200")
+    assert switched.startswith(b"HTTP/1.1 101")
+    assert echoed == b"\x81\x05hello"

@@ -110,6 +110,8 @@ class AgentConnection(BaseProtocol):
         self._refused = False
         #: an upgrade request's head was parsed: what follows is not HTTP until it is answered
         self._upgrade = False
+        #: the upgrade request whose answer decides what ``_tail`` is
+        self._upgrading: web.BaseRequest | None = None
         self._tail = b""
         self._sink: Sink | None = None
         #: bytes read but not parsed while ``max_queued`` requests wait (``_feed``)
@@ -181,6 +183,8 @@ class AgentConnection(BaseProtocol):
             except httptools.HttpParserUpgrade as exc:
                 self._upgrade = True
                 self._tail = piece[exc.args[0] :] + data[start:]
+                # the request asking it: the last parsed (requests may still run ahead of it)
+                self._upgrading = self._queue[-1][0] if self._queue else self._current
                 return
             except _Refuse as exc:
                 self._refuse(exc.failure)
@@ -304,7 +308,7 @@ class AgentConnection(BaseProtocol):
             request._task = _NO_TASK  # no cycle through the task
         if self._closing or self.transport is None:
             self._close()
-        elif self._upgrade and self._sink is None:
+        elif self._upgrade and self._sink is None and request is self._upgrading:
             self._http_again()
         elif self._queue:
             self._next()
@@ -386,7 +390,7 @@ class AgentConnection(BaseProtocol):
 
     def _http_again(self) -> None:
         """An upgrade the upstream declined: what came after its head is HTTP again."""
-        self._upgrade = False
+        self._upgrade, self._upgrading = False, None
         self.parser = httptools.HttpRequestParser(self)
         tail, self._tail = self._tail, b""
         if self._buffer_paused and len(self._queue) < self.limits.max_queued:

@@ -289,3 +289,28 @@ async def test_bytes_behind_an_upgrade_pipelined_behind_a_request_go_to_the_tunn
     assert first.startswith(b"HTTP/1.1 200")
     assert switched.startswith(b"HTTP/1.1 101")
     assert echoed == b"\x81\x05hello"
+
+
+def test_an_agent_still_sending_a_body_over_the_limit_reads_the_413_on_a_closing_connection(
+    tmp_path: Path,
+) -> None:
+    """A body over ``request_body_max_bytes`` on a ``Connection: close`` request, the agent
+    still sending: mend reads and drops the rest before closing, so the agent's sends succeed
+    and it reads the 413 (mend closed with the body unread: the socket reset and the agent's
+    send failed with ECONNRESET mid-body)."""
+    with (
+        mend_before_raw(tmp_path, request_body_max_bytes=100_000) as (mend, upstream),
+        socket.create_connection(("127.0.0.1", mend.port), timeout=10) as sock,
+    ):
+        sock.sendall(
+            b"POST /a HTTP/1.1\r\nHost: a\r\nConnection: close\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        chunk = b"4000\r\n" + b"x" * 0x4000 + b"\r\n"
+        for _ in range(256):  # 4 MiB, forty times the limit
+            sock.sendall(chunk)
+        sock.sendall(b"0\r\n\r\n")
+        raw = _read_all(sock, 5)
+    assert status_of(raw) == 413
+    assert body_of(raw)["error"]["code"] == "REQUEST_TOO_LARGE"
+    assert upstream.seen == []

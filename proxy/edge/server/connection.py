@@ -343,21 +343,25 @@ class AgentConnection(BaseProtocol):
         return response
 
     async def _after(self, request: web.BaseRequest, response: web.StreamResponse) -> None:
-        """Whether the connection goes on: the response's say, and the body read to its end."""
+        """Whether the connection goes on: the response's say, and the body read to its end.
+
+        A body still arriving is read and dropped (for up to ``lingering_s``) even when the
+        connection closes after the response: closed with unread bytes, the socket resets, and
+        an agent still sending (a 413 mid-body) gets ECONNRESET instead of the response."""
         if not response.keep_alive:
             self._closing = True
-            return
         body = request.content
-        if body.is_eof() or self._closing:
+        if body.is_eof() or self.transport is None or self._sink is not None:
             return
-        if request.headers.get("Expect", "").lower() == "100-continue":
-            self._closing = True  # never answered with a 100: the body may never come
+        expect = request.headers.get("Expect", "").lower() == "100-continue"
+        if expect and body.total_bytes == 0:
+            self._closing = True  # no byte of it yet, maybe no 100 sent: it may never come
             return
         try:
             async with asyncio.timeout(self.limits.lingering_s):
                 while not body.is_eof():
                     await body.readany()
-        except (TimeoutError, ConnectionError):
+        except Exception:  # timed out, the agent gone, or its body broke off
             self._closing = True
 
     def _refusal(self, request: web.BaseRequest, failure: ProxyFailure) -> web.StreamResponse:

@@ -314,3 +314,31 @@ def test_an_agent_still_sending_a_body_over_the_limit_reads_the_413_on_a_closing
     assert status_of(raw) == 413
     assert body_of(raw)["error"]["code"] == "REQUEST_TOO_LARGE"
     assert upstream.seen == []
+
+
+async def test_a_handler_that_fails_mid_response_does_not_start_a_second_one(
+    start_mend: StartMend, start_upstream: StartUpstream
+) -> None:
+    """A handler bug after its response began: the connection is cut, the agent sees a
+    truncated response (mend wrote its 500 envelope's head into the middle of the first
+    response's body, which an agent reads as body bytes, or as the next response)."""
+    mend = await start_mend(await start_upstream({"/": _ok}))
+    server = mend.client.server
+
+    async def broken(request: web.BaseRequest) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Length": "100"})
+        await response.prepare(request)
+        await response.write(b"partial")
+        raise LookupError("a bug mid-response")
+
+    cast(Any, server).mend.handler = broken
+    assert server.port is not None
+    reader, writer = await asyncio.open_connection(server.host, server.port)
+    writer.write(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+    async with asyncio.timeout(5):
+        raw = await reader.read(-1)
+    writer.close()
+    assert raw.startswith(b"HTTP/1.1 200")
+    assert raw.count(b"HTTP/1.1") == 1, raw
+    assert raw.endswith(b"partial")
+    assert "LookupError" in mend.log.getvalue()

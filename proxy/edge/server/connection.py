@@ -324,6 +324,9 @@ class AgentConnection(BaseProtocol):
                 response = await handler(request)
             except Exception as exc:  # a bug above the edge: mend's envelope, not a traceback
                 self.server.bug(exc)
+                if request.writer.output_size > _CONTINUE:  # a response began: cut it, no other
+                    self._abort()
+                    return None
                 response = self._refusal(request, ProxyBug(type(exc).__name__))
             await response.prepare(request)
             await response.write_eof()
@@ -497,6 +500,9 @@ class AgentConnection(BaseProtocol):
         self._closing = True
         self._close()
 
+
+#: the bytes of a ``100 Continue`` (``proxy/edge/agent_body.py``): any response head is more
+_CONTINUE = len(b"HTTP/1.1 100 Continue\r\n\r\n")
 
 #: a request's task until it runs, and after (aiohttp's request holds one)
 _NO_TASK: Any = None

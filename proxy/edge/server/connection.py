@@ -114,6 +114,8 @@ class AgentConnection(BaseProtocol):
         self._upgrading: web.BaseRequest | None = None
         self._tail = b""
         self._sink: Sink | None = None
+        #: the agent half-closed: no byte will follow those read
+        self._eof = False
         #: bytes read but not parsed while ``max_queued`` requests wait (``_feed``)
         self._pending = b""
 
@@ -142,6 +144,21 @@ class AgentConnection(BaseProtocol):
             self._current._cancel(lost)
         if self._sink is not None:
             self._sink.feed_eof()
+
+    def eof_received(self) -> bool:
+        """The agent closed its side (a half-close, ``shutdown(SHUT_WR)``): the requests it
+        sent whole are answered, then the connection closes. (The transport closed at once:
+        a request sent and half-closed got no answer.)"""
+        if self._sink is not None or (self._current is None and not self._queue):
+            return False  # nothing to answer: closed now
+        if self.ssl_context is not None:
+            return False  # asyncio's TLS transport closes anyway (and warns)
+        self._eof = True
+        if self._body is not None:  # cut off mid-body: its request fails as a hang-up
+            self._body.set_exception(ConnectionResetError("the agent closed mid-body"))
+            self._body = None
+            self._closing = True
+        return True
 
     def pause_reading(self) -> None:
         self._reading_paused = True
@@ -312,6 +329,8 @@ class AgentConnection(BaseProtocol):
             self._http_again()
         elif self._queue:
             self._next()
+        elif self._eof:  # the agent half-closed: all it sent is answered
+            self._close()
         elif not self._in_head:  # (a head arriving has its own deadline: not idle)
             self._wait_idle()
 

@@ -8,6 +8,7 @@ upstream is the point of most of these. Each test is one behaviour that was brok
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import signal
 import socket
@@ -361,3 +362,36 @@ def test_requests_sent_before_a_half_close_are_answered(tmp_path: Path) -> None:
     assert raw.count(b"HTTP/1.1 200 OK") == 2, raw
     assert raw.endswith(b'{"received": 3}')
     assert len(upstream.seen) == 2
+
+
+async def test_an_agent_that_stops_reading_its_response_is_disconnected(
+    start_mend: StartMend, start_upstream: StartUpstream
+) -> None:
+    """A slow-read agent: it asks for a large response and reads none of it. Once the
+    response has waited ``send_timeout`` for it, the connection is aborted (nothing bounded
+    the wait: the connection and the upstream exchange behind it were held for ever)."""
+
+    async def big(_: web.Request) -> web.Response:
+        return web.Response(body=b"x" * (32 << 20))
+
+    mend = await start_mend(await start_upstream({"/big": big}))
+    server = mend.client.server
+    agents: MendServer = cast(Any, server).mend
+    agents.limits = dataclasses.replace(agents.limits, send_timeout=0.5)
+    assert server.port is not None
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (server.host, server.port))
+    try:
+        await asyncio.get_running_loop().sock_sendall(sock, b"GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
+        async with asyncio.timeout(10):
+            while not agents.connections:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)  # accepted
+            opened = time.monotonic()
+            while agents.connections:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+    finally:
+        sock.close()
+    assert time.monotonic() - opened >= 0.4  # not before the send timeout
+    assert agents.connections == {}

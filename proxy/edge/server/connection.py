@@ -114,6 +114,8 @@ class AgentConnection(BaseProtocol):
         self._upgrading: web.BaseRequest | None = None
         self._tail = b""
         self._sink: Sink | None = None
+        #: armed while the agent does not take what is written to it (``send_timeout``)
+        self._send_timer: asyncio.TimerHandle | None = None
         #: the agent half-closed: no byte will follow those read
         self._eof = False
         #: bytes read but not parsed while ``max_queued`` requests wait (``_feed``)
@@ -134,6 +136,9 @@ class AgentConnection(BaseProtocol):
         super().connection_lost(exc)
         self._closing = True
         self._cancel_timers()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
         self._queue.clear()
         self._pending = b""
         lost = exc if exc is not None else ConnectionResetError("Connection lost")
@@ -144,6 +149,17 @@ class AgentConnection(BaseProtocol):
             self._current._cancel(lost)
         if self._sink is not None:
             self._sink.feed_eof()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._sink is None and self._send_timer is None:  # (a tunnel has its idle timeout)
+            self._send_timer = self._loop.call_later(self.limits.send_timeout, self._abort)
+
+    def resume_writing(self) -> None:
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+        super().resume_writing()
 
     def eof_received(self) -> bool:
         """The agent closed its side (a half-close, ``shutdown(SHUT_WR)``): the requests it

@@ -395,3 +395,16 @@ async def test_an_agent_that_stops_reading_its_response_is_disconnected(
         sock.close()
     assert time.monotonic() - opened >= 0.4  # not before the send timeout
     assert agents.connections == {}
+
+
+def test_a_request_line_of_another_http_version_is_refused(tmp_path: Path) -> None:
+    """``HTTP/2.0`` and HTTP/0.9's bare request line are not HTTP/1: a 400, nothing forwarded
+    (llhttp reads both; mend forwarded them and answered ``HTTP/2.0 200 OK`` and
+    ``HTTP/0.9 200 OK`` status lines with HTTP/1.1 headers)."""
+    with mend_before_raw(tmp_path) as (mend, upstream):
+        second = raw_exchange(mend.port, b"GET /a HTTP/2.0\r\nHost: a\r\n\r\n")
+        ninth = raw_exchange(mend.port, b"GET /a\r\n\r\n")
+        time.sleep(0.3)
+    assert status_of(second) == 400
+    assert status_of(ninth) == 400
+    assert upstream.seen == []

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import httptools
 from aiohttp import web
 from aiohttp.base_protocol import BaseProtocol
-from aiohttp.http import HttpVersion, HttpVersion11, RawRequestMessage
+from aiohttp.http import RawRequestMessage
 from aiohttp.http_writer import StreamWriter
 from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 
@@ -276,11 +276,14 @@ class AgentConnection(BaseProtocol):
         self._head_by = None
         parser = self.parser
         method = parser.get_method().decode("ascii", "replace")
+        version = parser.get_http_version()
+        if version not in head.VERSIONS:  # llhttp reads HTTP/0.9 and HTTP/2.0 request lines too
+            raise _Refuse(MalformedRequest(f"HTTP/{version} is not HTTP/1.0 or HTTP/1.1"))
         try:
             message = head.message(
                 method,
                 self._target.decode("utf-8", "surrogateescape"),
-                _version(parser.get_http_version()),
+                head.VERSIONS[version],
                 self._raw,
                 keep_alive=parser.should_keep_alive(),
                 upgrade=parser.should_upgrade(),
@@ -541,13 +544,6 @@ _CONTINUE = len(b"HTTP/1.1 100 Continue\r\n\r\n")
 
 #: a request's task until it runs, and after (aiohttp's request holds one)
 _NO_TASK: Any = None
-
-
-def _version(text: str) -> HttpVersion:
-    if text == "1.1":
-        return HttpVersion11
-    major, _, minor = text.partition(".")
-    return HttpVersion(int(major), int(minor or 0))
 
 
 def _has_body(message: RawRequestMessage) -> bool:

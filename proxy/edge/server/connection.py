@@ -3,7 +3,8 @@
 An asyncio Protocol, as uvicorn's ``httptools`` server is built: each request head parsed
 becomes aiohttp's ``BaseRequest`` (``head.py``) and runs as one task; its body streams into the
 request's ``StreamReader`` as it arrives, the socket paused while the reader is full. Requests
-pipelined behind it wait their turn (at most ``max_queued``, then the socket is not read).
+pipelined behind it wait their turn (at most ``max_queued``: llhttp is fed 2 KiB at a time,
+and past the cap the rest of a read waits unparsed and the socket is not read).
 Responses go out through aiohttp's ``StreamWriter``, so every response class keeps working.
 
 What nginx and Envoy bound by default is bounded here (``limits.py``):
@@ -13,13 +14,19 @@ What nginx and Envoy bound by default is bounded here (``limits.py``):
 - a **keep-alive timeout**: a connection idle before its first request or between two is closed;
 - **head sizes**: the target (414), each field, the field count and the whole head (431), checked
   as bytes arrive, never after buffering them;
+- a **send timeout**: a response the agent takes nothing of for ``send_timeout`` is aborted;
 - **envelopes for requests mend refuses itself** (400, 414, 431, a handler's bug as 500), with a
   request id and one log line, through the server's ``refuse``; the connection closes after it.
+  A request line that is not HTTP/1.0 or 1.1, or a ``Transfer-Encoding`` not ending in
+  ``chunked``, is refused before the request starts; a chunked body that breaks off fails its
+  request's body read with the ``MalformedRequest`` (a 400).
 
 An agent that hangs up mid-request fails its request's body read and response writes with
-``ConnectionResetError`` (the proxy's 499). After a response, a body the handler did not read is
-read and dropped for up to ``lingering_s`` so the agent sees the response, then the connection
-is closed; a request whose ``Expect: 100-continue`` was never answered is closed at once.
+``ConnectionResetError`` (the proxy's 499); one that half-closes gets the answers to the
+requests it sent whole, then the connection closes. After a response, a body the handler did
+not read is read and dropped for up to ``lingering_s`` so the agent sees the response, whether
+the connection then stays open or closes; a request whose ``Expect: 100-continue`` body has not
+begun is closed at once. At shutdown, no new request is read, but the body of one running is.
 """
 
 from __future__ import annotations

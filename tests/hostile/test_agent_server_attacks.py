@@ -408,3 +408,21 @@ def test_a_request_line_of_another_http_version_is_refused(tmp_path: Path) -> No
     assert status_of(second) == 400
     assert status_of(ninth) == 400
     assert upstream.seen == []
+
+
+def test_a_refused_request_is_named_by_its_method_and_target_when_they_were_read(
+    tmp_path: Path,
+) -> None:
+    """Too many headers on ``POST /orders``: the 431 envelope's hint and the log line name
+    ``POST /orders`` (every refusal was made from an unreadable placeholder request: the
+    agent was told to "send UNKNOWN / again", the log said ``UNKNOWN /``)."""
+    with mend_before_raw(tmp_path, max_headers=8) as (mend, _):
+        fields = b"".join(b"X-%d: a\r\n" % i for i in range(20))
+        raw = raw_exchange(mend.port, b"POST /orders?page=2 HTTP/1.1\r\nHost: a\r\n" + fields)
+        time.sleep(0.3)
+        lines = [line for line in mend.log_lines() if line.get("event") == "request"]
+    assert status_of(raw) == 431
+    hint = body_of(raw)["error"]["hint"]
+    assert "POST /orders" in hint
+    assert "UNKNOWN" not in hint
+    assert [(line["method"], line["path"]) for line in lines] == [("POST", "/orders")]

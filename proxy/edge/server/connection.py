@@ -435,10 +435,24 @@ class AgentConnection(BaseProtocol):
             self._closing = True
             return
         self._refused, self._in_head = True, False
-        request = self._request(head.UNREADABLE, EMPTY_PAYLOAD)
+        request = self._request(self._refused_message(), EMPTY_PAYLOAD)
         self._queue.append((request, lambda r: _answered(self._refusal(r, failure))))
         if self._current is None:
             self._next()
+
+    def _refused_message(self) -> RawRequestMessage:
+        """The refused request as far as it was read: its method and target once its request
+        line was (the envelope's hint and the log line name them), else ``UNREADABLE``."""
+        target = self._target  # this message's: emptied when it began
+        if not target or len(target) > self.limits.max_line:
+            return head.UNREADABLE
+        try:
+            method = self.parser.get_method().decode("ascii")
+            text = target.decode("utf-8", "surrogateescape")
+            url = head.target_url(method, text)
+        except (ValueError, httptools.HttpParserError):
+            return head.UNREADABLE
+        return head.UNREADABLE._replace(method=method, path=text, url=url)
 
     def _http_again(self) -> None:
         """An upgrade the upstream declined: what came after its head is HTTP again."""

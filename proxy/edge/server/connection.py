@@ -3,7 +3,8 @@
 An asyncio Protocol, as uvicorn's ``httptools`` server is built: each request head parsed
 becomes aiohttp's ``BaseRequest`` (``head.py``) and runs as one task; its body streams into the
 request's ``StreamReader`` as it arrives, the socket paused while the reader is full. Requests
-pipelined behind it wait their turn (at most ``max_queued``, then the socket is not read).
+pipelined behind it wait their turn (at most ``max_queued``: llhttp is fed 2 KiB at a time,
+and past the cap the rest of a read waits unparsed and the socket is not read).
 Responses go out through aiohttp's ``StreamWriter``, so every response class keeps working.
 
 What nginx and Envoy bound by default is bounded here (``limits.py``):
@@ -13,13 +14,19 @@ What nginx and Envoy bound by default is bounded here (``limits.py``):
 - a **keep-alive timeout**: a connection idle before its first request or between two is closed;
 - **head sizes**: the target (414), each field, the field count and the whole head (431), checked
   as bytes arrive, never after buffering them;
+- a **send timeout**: a response the agent takes nothing of for ``send_timeout`` is aborted;
 - **envelopes for requests mend refuses itself** (400, 414, 431, a handler's bug as 500), with a
   request id and one log line, through the server's ``refuse``; the connection closes after it.
+  A request line that is not HTTP/1.0 or 1.1, or a ``Transfer-Encoding`` not ending in
+  ``chunked``, is refused before the request starts; a chunked body that breaks off fails its
+  request's body read with the ``MalformedRequest`` (a 400).
 
 An agent that hangs up mid-request fails its request's body read and response writes with
-``ConnectionResetError`` (the proxy's 499). After a response, a body the handler did not read is
-read and dropped for up to ``lingering_s`` so the agent sees the response, then the connection
-is closed; a request whose ``Expect: 100-continue`` was never answered is closed at once.
+``ConnectionResetError`` (the proxy's 499); one that half-closes gets the answers to the
+requests it sent whole, then the connection closes. After a response, a body the handler did
+not read is read and dropped for up to ``lingering_s`` so the agent sees the response, whether
+the connection then stays open or closes; a request whose ``Expect: 100-continue`` body has not
+begun is closed at once. At shutdown, no new request is read, but the body of one running is.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import httptools
 from aiohttp import web
 from aiohttp.base_protocol import BaseProtocol
-from aiohttp.http import HttpVersion, HttpVersion11, RawRequestMessage
+from aiohttp.http import RawRequestMessage
 from aiohttp.http_writer import StreamWriter
 from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 
@@ -52,6 +59,9 @@ Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
 #: How much of a request body is held before the socket stops being read (aiohttp's limit).
 BODY_BUFFER = 2**16
+#: The most bytes llhttp parses at once: the queue is looked at between two pieces, so one read
+#: queues at most the requests one piece holds (about a hundred of the smallest) past its cap.
+FEED_PIECE = 2048
 
 
 class Sink(Protocol):
@@ -107,8 +117,16 @@ class AgentConnection(BaseProtocol):
         self._refused = False
         #: an upgrade request's head was parsed: what follows is not HTTP until it is answered
         self._upgrade = False
+        #: the upgrade request whose answer decides what ``_tail`` is
+        self._upgrading: web.BaseRequest | None = None
         self._tail = b""
         self._sink: Sink | None = None
+        #: armed while the agent does not take what is written to it (``send_timeout``)
+        self._send_timer: asyncio.TimerHandle | None = None
+        #: the agent half-closed: no byte will follow those read
+        self._eof = False
+        #: bytes read but not parsed while ``max_queued`` requests wait (``_feed``)
+        self._pending = b""
 
     # --- the transport --------------------------------------------------------------------------
 
@@ -125,7 +143,11 @@ class AgentConnection(BaseProtocol):
         super().connection_lost(exc)
         self._closing = True
         self._cancel_timers()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
         self._queue.clear()
+        self._pending = b""
         lost = exc if exc is not None else ConnectionResetError("Connection lost")
         if self._body is not None:
             self._body.set_exception(lost)
@@ -134,6 +156,32 @@ class AgentConnection(BaseProtocol):
             self._current._cancel(lost)
         if self._sink is not None:
             self._sink.feed_eof()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._sink is None and self._send_timer is None:  # (a tunnel has its idle timeout)
+            self._send_timer = self._loop.call_later(self.limits.send_timeout, self._abort)
+
+    def resume_writing(self) -> None:
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+        super().resume_writing()
+
+    def eof_received(self) -> bool:
+        """The agent closed its side (a half-close, ``shutdown(SHUT_WR)``): the requests it
+        sent whole are answered, then the connection closes. (The transport closed at once:
+        a request sent and half-closed got no answer.)"""
+        if self._sink is not None or (self._current is None and not self._queue):
+            return False  # nothing to answer: closed now
+        if self.ssl_context is not None:
+            return False  # asyncio's TLS transport closes anyway (and warns)
+        self._eof = True
+        if self._body is not None:  # cut off mid-body: its request fails as a hang-up
+            self._body.set_exception(ConnectionResetError("the agent closed mid-body"))
+            self._body = None
+            self._closing = True
+        return True
 
     def pause_reading(self) -> None:
         self._reading_paused = True
@@ -148,33 +196,59 @@ class AgentConnection(BaseProtocol):
         if self._sink is not None:
             self._sink.feed_data(data)
             return
-        if self._closing or self._refused:
-            return
+        if self._refused or (self._closing and self._body is None):
+            return  # (a body still arriving is read: its request runs to its end)
         if self._upgrade:  # held until the upgrade is answered (a tunnel, or HTTP again)
             self._tail += data
             if len(self._tail) > self.limits.max_head:
                 self._pause_reading_for_buffer()
             return
-        self._head_bytes += len(data) if self._in_head or self._current is None else 0
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade as exc:
-            self._upgrade = True
-            self._tail = data[exc.args[0] :]
-        except _Refuse as exc:
-            self._refuse(exc.failure)
-        except httptools.HttpParserError as exc:
-            if isinstance(exc.__context__, _Refuse):
-                self._refuse(exc.__context__.failure)
-            else:
-                self._refuse(MalformedRequest(str(exc)[:200] or type(exc).__name__))
-        else:
+        if self._pending:  # parsing waits for the queue (the socket is paused)
+            self._pending += data
+            return
+        self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
+        """``data`` to llhttp, ``FEED_PIECE`` bytes at a time: once ``max_queued`` requests wait,
+        the rest is kept unparsed (``_pending``) and the socket paused until one runs. (llhttp
+        cannot be paused between two requests: a whole read fed at once would queue every
+        request in it.)"""
+        size, start = len(data), 0
+        while start < size:
+            piece = data if size <= FEED_PIECE else data[start : start + FEED_PIECE]
+            start += len(piece)
+            self._head_bytes += len(piece) if self._in_head or self._current is None else 0
+            try:
+                self.parser.feed_data(piece)
+            except httptools.HttpParserUpgrade as exc:
+                self._upgrade = True
+                self._tail = piece[exc.args[0] :] + data[start:]
+                # the request asking it: the last parsed (requests may still run ahead of it)
+                self._upgrading = self._queue[-1][0] if self._queue else self._current
+                return
+            except _Refuse as exc:
+                self._refuse(exc.failure)
+                return
+            except httptools.HttpParserError as exc:
+                if isinstance(exc.__context__, _Refuse):
+                    self._refuse(exc.__context__.failure)
+                else:
+                    self._refuse(MalformedRequest(str(exc)[:200] or type(exc).__name__))
+                return
             if self._in_head and self._head_bytes > self.limits.max_head:
                 self._refuse(HeadersTooLarge("request head too large", limit=self.limits.max_head))
+                return
+            if start < size and len(self._queue) >= self.limits.max_queued:
+                self._pending = data[start:]
+                self._pause_reading_for_buffer()
+                self._head_by = None  # a head cut here is mend's wait, not the agent's
+                return
 
     # --- llhttp's callbacks ---------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        if self._closing:  # behind a body read while closing: no new request
+            return
         self._in_head = True
         self._target, self._raw = b"", []
         self.idle_until = None
@@ -201,22 +275,30 @@ class AgentConnection(BaseProtocol):
             raise _Refuse(HeadersTooLarge("Too many headers", limit=limits.max_headers))
 
     def on_headers_complete(self) -> None:
+        if self._closing and not self._in_head:
+            return
         self._in_head = False
+        self.idle_until = None
         self._head_bytes = 0
         self._head_by = None
         parser = self.parser
         method = parser.get_method().decode("ascii", "replace")
+        version = parser.get_http_version()
+        if version not in head.VERSIONS:  # llhttp reads HTTP/0.9 and HTTP/2.0 request lines too
+            raise _Refuse(MalformedRequest(f"HTTP/{version} is not HTTP/1.0 or HTTP/1.1"))
         try:
             message = head.message(
                 method,
                 self._target.decode("utf-8", "surrogateescape"),
-                _version(parser.get_http_version()),
+                head.VERSIONS[version],
                 self._raw,
                 keep_alive=parser.should_keep_alive(),
                 upgrade=parser.should_upgrade(),
             )
         except head.InvalidTarget as exc:
             raise _Refuse(MalformedRequest(f"invalid request target {exc}")) from None
+        except head.InvalidFraming as exc:
+            raise _Refuse(MalformedRequest(str(exc))) from None
         body = EMPTY_PAYLOAD
         if _has_body(message):
             body = self._body = StreamReader(self, BODY_BUFFER, loop=self._loop)
@@ -246,11 +328,18 @@ class AgentConnection(BaseProtocol):
 
     def _next(self) -> None:
         request, handler = self._queue.popleft()
-        if self._buffer_paused and len(self._queue) < self.limits.max_queued:
-            self._resume_reading_for_buffer()
         self._current = request
         self._task = task = self._loop.create_task(self._run(request, handler))
         request._task = task
+        if len(self._queue) < self.limits.max_queued:
+            if self._pending and not self._closing:  # the bytes held while the queue was full
+                pending, self._pending = self._pending, b""
+                if self._in_head:  # its deadline, from now
+                    self._head_by = self._loop.time() + self.limits.header_timeout
+                    self._deadline(self._head_by)
+                self._feed(pending)
+            if self._buffer_paused and not self._pending:
+                self._resume_reading_for_buffer()
 
     async def _run(self, request: web.BaseRequest, handler: Handler) -> None:
         try:
@@ -262,11 +351,13 @@ class AgentConnection(BaseProtocol):
             request._task = _NO_TASK  # no cycle through the task
         if self._closing or self.transport is None:
             self._close()
-        elif self._upgrade and self._sink is None:
+        elif self._upgrade and self._sink is None and request is self._upgrading:
             self._http_again()
         elif self._queue:
             self._next()
-        else:
+        elif self._eof:  # the agent half-closed: all it sent is answered
+            self._close()
+        elif not self._in_head:  # (a head arriving has its own deadline: not idle)
             self._wait_idle()
 
     async def _answer(
@@ -278,6 +369,9 @@ class AgentConnection(BaseProtocol):
                 response = await handler(request)
             except Exception as exc:  # a bug above the edge: mend's envelope, not a traceback
                 self.server.bug(exc)
+                if request.writer.output_size > _CONTINUE:  # a response began: cut it, no other
+                    self._abort()
+                    return None
                 response = self._refusal(request, ProxyBug(type(exc).__name__))
             await response.prepare(request)
             await response.write_eof()
@@ -297,21 +391,25 @@ class AgentConnection(BaseProtocol):
         return response
 
     async def _after(self, request: web.BaseRequest, response: web.StreamResponse) -> None:
-        """Whether the connection goes on: the response's say, and the body read to its end."""
+        """Whether the connection goes on: the response's say, and the body read to its end.
+
+        A body still arriving is read and dropped (for up to ``lingering_s``) even when the
+        connection closes after the response: closed with unread bytes, the socket resets, and
+        an agent still sending (a 413 mid-body) gets ECONNRESET instead of the response."""
         if not response.keep_alive:
             self._closing = True
-            return
         body = request.content
-        if body.is_eof() or self._closing:
+        if body.is_eof() or self.transport is None or self._sink is not None:
             return
-        if request.headers.get("Expect", "").lower() == "100-continue":
-            self._closing = True  # never answered with a 100: the body may never come
+        expect = request.headers.get("Expect", "").lower() == "100-continue"
+        if expect and body.total_bytes == 0:
+            self._closing = True  # no byte of it yet, maybe no 100 sent: it may never come
             return
         try:
             async with asyncio.timeout(self.limits.lingering_s):
                 while not body.is_eof():
                     await body.readany()
-        except (TimeoutError, ConnectionError):
+        except Exception:  # timed out, the agent gone, or its body broke off
             self._closing = True
 
     def _refusal(self, request: web.BaseRequest, failure: ProxyFailure) -> web.StreamResponse:
@@ -332,19 +430,33 @@ class AgentConnection(BaseProtocol):
         connection closes."""
         self._head_by = None
         if self._body is not None:  # a body that breaks off (a bad chunk): its request ends too
-            self._body.set_exception(ConnectionResetError(str(failure)))
+            self._body.set_exception(failure)
             self._body = None
             self._closing = True
             return
         self._refused, self._in_head = True, False
-        request = self._request(head.UNREADABLE, EMPTY_PAYLOAD)
+        request = self._request(self._refused_message(), EMPTY_PAYLOAD)
         self._queue.append((request, lambda r: _answered(self._refusal(r, failure))))
         if self._current is None:
             self._next()
 
+    def _refused_message(self) -> RawRequestMessage:
+        """The refused request as far as it was read: its method and target once its request
+        line was (the envelope's hint and the log line name them), else ``UNREADABLE``."""
+        target = self._target  # this message's: emptied when it began
+        if not target or len(target) > self.limits.max_line:
+            return head.UNREADABLE
+        try:
+            method = self.parser.get_method().decode("ascii")
+            text = target.decode("utf-8", "surrogateescape")
+            url = head.target_url(method, text)
+        except (ValueError, httptools.HttpParserError):
+            return head.UNREADABLE
+        return head.UNREADABLE._replace(method=method, path=text, url=url)
+
     def _http_again(self) -> None:
         """An upgrade the upstream declined: what came after its head is HTTP again."""
-        self._upgrade = False
+        self._upgrade, self._upgrading = False, None
         self.parser = httptools.HttpRequestParser(self)
         tail, self._tail = self._tail, b""
         if self._buffer_paused and len(self._queue) < self.limits.max_queued:
@@ -448,15 +560,11 @@ class AgentConnection(BaseProtocol):
         self._close()
 
 
+#: the bytes of a ``100 Continue`` (``proxy/edge/agent_body.py``): any response head is more
+_CONTINUE = len(b"HTTP/1.1 100 Continue\r\n\r\n")
+
 #: a request's task until it runs, and after (aiohttp's request holds one)
 _NO_TASK: Any = None
-
-
-def _version(text: str) -> HttpVersion:
-    if text == "1.1":
-        return HttpVersion11
-    major, _, minor = text.partition(".")
-    return HttpVersion(int(major), int(minor or 0))
 
 
 def _has_body(message: RawRequestMessage) -> bool:

@@ -35,6 +35,10 @@ class InvalidTarget(ValueError):
     """A request target that is none of RFC 9112's four forms."""
 
 
+class InvalidFraming(ValueError):
+    """A request body whose length cannot be known (RFC 9112 §6.3: a 400)."""
+
+
 def target_url(method: str, target: str) -> URL:
     """The request target as aiohttp's parser makes it (RFC 9112 §3.2): origin-form built from
     its parts, asterisk-form for OPTIONS, authority-form for CONNECT, else absolute-form."""
@@ -79,9 +83,14 @@ def message(
     keep_alive: bool,
     upgrade: bool,
 ) -> RawRequestMessage:
-    """The parsed head as aiohttp's ``RawRequestMessage``. Raises ``InvalidTarget``."""
+    """The parsed head as aiohttp's ``RawRequestMessage``. Raises ``InvalidTarget`` and
+    ``InvalidFraming``."""
     headers = decoded(raw)
-    chunked = "chunked" in headers.get("Transfer-Encoding", "").lower()
+    # every Transfer-Encoding field, as llhttp reads them: chunked when it is the last coding
+    codings = ",".join(headers.getall("Transfer-Encoding", ())).lower()
+    chunked = codings.rpartition(",")[2].strip() == "chunked"
+    if codings and not chunked:  # llhttp says so only after the head is handed over
+        raise InvalidFraming("Transfer-Encoding without chunked last")
     url = target_url(method, target)
     return RawRequestMessage(
         method, target, version, headers, tuple(raw), not keep_alive, None, upgrade, chunked, url

@@ -22,6 +22,9 @@ class Limits:
     lingering_s: float = 10.0
     #: requests parsed ahead of the one running (pipelining); past it the socket is not read
     max_queued: int = 8
+    #: seconds a response may wait for the agent to take more of it (nginx ``send_timeout``):
+    #: an agent that stops reading is disconnected, its upstream released
+    send_timeout: float = 60.0
 
     @property
     def max_head(self) -> int:

@@ -76,7 +76,8 @@ class AgentServer:
         oldest: AgentConnection | None = None
         oldest_until = 0.0
         for other in self.connections:
-            until = other.idle_until if other.served and other is not new else None
+            idle = other.served and other.is_idle and other is not new
+            until = other.idle_until if idle else None
             if until is not None and (oldest is None or until < oldest_until):
                 oldest, oldest_until = other, until
         if oldest is None:

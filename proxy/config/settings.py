@@ -72,6 +72,8 @@ class Settings(Frozen):
     client_body_min_rate: int | None = Field(240, gt=0)
     #: seconds an idle keep-alive connection stays open (nginx ``keepalive_timeout``)
     keepalive_timeout: float = Field(75.0, gt=0)
+    #: seconds a response may wait for the agent to take any of it (nginx ``send_timeout``)
+    send_timeout: float = Field(60.0, gt=0)
     #: open agent connections per process; past it, a 503 envelope and the connection closed
     max_connections: int = Field(4096, gt=0)
     #: open connections per client address (None: no per-client limit)
@@ -142,6 +144,7 @@ RESTART_SETTINGS = (
     "max_connections_per_client",
     "client_header_timeout",
     "keepalive_timeout",
+    "send_timeout",
     "max_request_line",
     "max_header_size",
     "max_headers",

@@ -241,5 +241,7 @@ class upstream_errors:  # lower case: used as ``with upstream_errors():``, like 
     ) -> None:
         if exc is None or isinstance(exc, ProxyFailure):
             return
+        if isinstance(exc, RequestBodyFailed) and isinstance(exc.__cause__, ConnectionResetError):
+            raise exc.__cause__  # the agent hung up mid-body: its 499, not the upstream's 502
         if (failure := translated(exc)) is not None:
             raise failure from exc

@@ -44,6 +44,7 @@ class MendServer(AgentServer):
         limits = Limits(
             header_timeout=settings.client_header_timeout,
             keepalive_timeout=settings.keepalive_timeout,
+            send_timeout=settings.send_timeout,
             max_line=settings.max_request_line,
             max_field=settings.max_header_size,
             max_headers=settings.max_headers,

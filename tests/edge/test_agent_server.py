@@ -196,3 +196,47 @@ async def test_a_handler_bug_is_an_envelope_not_a_traceback(
         body = await response.json()
     assert body["error"]["code"] == "PROXY_INTERNAL_ERROR"
     assert "LookupError" in mend.log.getvalue()
+
+
+async def test_an_agent_hanging_up_mid_body_is_a_499_not_the_upstreams_502(
+    start_mend: StartMend, start_upstream: StartUpstream
+) -> None:
+    """The agent closes after part of its body: the log says ``client_closed`` (nginx's 499),
+    not an upstream failure, and no 502 is counted against the upstream."""
+
+    async def reads_all(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({})
+
+    mend = await start_mend(await start_upstream({"POST /upload": reads_all}))
+    _, writer = await asyncio.open_connection(*_address(mend))
+    writer.write(b"POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n" + b"x" * 10)
+    await writer.drain()
+    await asyncio.sleep(0.2)  # the request is on its way upstream
+    writer.close()
+    lines: list[dict[str, Any]] = []
+    for _ in range(100):  # the log line is written once mend has noticed (5 s at most)
+        lines = [line for line in mend.log_lines() if line.get("path") == "/upload"]
+        if lines:
+            break
+        await asyncio.sleep(0.05)
+    (line,) = lines
+    assert (line["status"], line["outcome"]) == (499, "client_closed")
+
+
+async def test_the_connection_settings_reach_the_server(
+    start_mend: StartMend, start_upstream: StartUpstream
+) -> None:
+    """Every agent-connection setting is the server's limit (``send_timeout`` new with it)."""
+    mend = await start_mend(
+        await start_upstream({"/": _echo}),
+        send_timeout=7.5,
+        keepalive_timeout=9.0,
+        client_header_timeout=8.0,
+        max_request_line=2048,
+        max_header_size=4096,
+        max_headers=20,
+    )
+    limits = mend.client.server.mend.limits
+    assert (limits.send_timeout, limits.keepalive_timeout, limits.header_timeout) == (7.5, 9.0, 8.0)
+    assert (limits.max_line, limits.max_field, limits.max_headers) == (2048, 4096, 20)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.conftest import Mend, StartMend, StartUpstream
+from tests.conftest import Mend, MendTestServer, StartMend, StartUpstream
 
 
 async def _echo(request: web.Request) -> web.Response:
@@ -237,6 +237,8 @@ async def test_the_connection_settings_reach_the_server(
         max_header_size=4096,
         max_headers=20,
     )
-    limits = mend.client.server.mend.limits
+    server = mend.client.server
+    assert isinstance(server, MendTestServer)
+    limits = server.mend.limits
     assert (limits.send_timeout, limits.keepalive_timeout, limits.header_timeout) == (7.5, 9.0, 8.0)
     assert (limits.max_line, limits.max_field, limits.max_headers) == (2048, 4096, 20)

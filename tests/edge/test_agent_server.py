@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.conftest import Mend, MendTestServer, StartMend, StartUpstream
+from proxy.runtime.app import MendServer
+from tests.conftest import Mend, StartMend, StartUpstream
 
 
 async def _echo(request: web.Request) -> web.Response:
@@ -237,8 +238,8 @@ async def test_the_connection_settings_reach_the_server(
         max_header_size=4096,
         max_headers=20,
     )
-    server = mend.client.server
-    assert isinstance(server, MendTestServer)
-    limits = server.mend.limits
+    server = getattr(mend.client.server, "mend", None)  # the MendServer under the test server
+    assert isinstance(server, MendServer)
+    limits = server.limits
     assert (limits.send_timeout, limits.keepalive_timeout, limits.header_timeout) == (7.5, 9.0, 8.0)
     assert (limits.max_line, limits.max_field, limits.max_headers) == (2048, 4096, 20)

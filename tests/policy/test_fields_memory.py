@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from proxy.policy import build as build_module
 from proxy.policy import scrubber
@@ -24,27 +23,11 @@ from proxy.policy.exchange import Exchange
 from proxy.policy.redaction import Redactor
 from proxy.policy.ruleset import Match, RuleSet
 from proxy.policy.scrubber import Scrubber
-from proxy.tools.ruletest.cases import Case
-from proxy.tools.ruletest.engines import Engines, exchange_for
+from proxy.tools.ruletest.engines import Engines
+from tests.policy.memory_cases import Replays, corpus_entries, pack_cases
 
-ROOT = Path(__file__).resolve().parents[2]
-CASES = sorted((ROOT / "rules" / "tests").glob("*.yaml"))
-CORPUS = ROOT / "tests" / "corpus" / "responses"
-ENGINES = Engines()
+REPLAYS = Replays()
 OPTIONS = BuildOptions(docs_base_url="http://mend.test")
-
-
-def _cases() -> list[Any]:
-    out = []
-    for file in CASES:
-        for case in yaml.safe_load(file.read_text(encoding="utf-8"))["cases"]:
-            out.append(pytest.param(file, case, id=f"{file.stem}: {case['name']}"))
-    return out
-
-
-def _corpus() -> list[Any]:
-    manifest = yaml.safe_load((CORPUS / "manifest.yaml").read_text(encoding="utf-8"))
-    return [pytest.param(entry, id=entry["file"]) for entry in manifest["responses"]]
 
 
 def _plain(match: Match, exchange: Exchange, redactor: Redactor) -> Evaluation:
@@ -73,41 +56,19 @@ def _check(ruleset: RuleSet, make: Any, redactor: Redactor) -> None:
         assert evaluation.redactions == plain.redactions
 
 
-@pytest.mark.parametrize(("file", "case"), _cases())
+@pytest.mark.parametrize(("file", "case"), pack_cases())
 def test_pack_case_fields_from_memory_as_built(file: Path, case: dict[str, Any]) -> None:
     """A pack case's envelope (its invalid fields, its redaction kinds) is the same built with a
     scrub that remembers nothing, the first time, and again from the rule's memory."""
-    loaded = Case.model_validate(case)
-    if loaded.response is None:
-        return  # a redaction case: nothing to build
-    engine = ENGINES.get(
-        [file.parent / r for r in loaded.rules], loaded.route.success_rules, loaded.redaction
-    )
-    response = loaded.response
-    _check(
-        engine.routes["default"],
-        lambda: exchange_for(loaded.request, response),
-        engine.redactor_for("default"),
-    )
+    if (replay := REPLAYS.pack(file, case)) is not None:
+        _check(replay.ruleset, replay.make, replay.redactor)
 
 
-@pytest.mark.parametrize("entry", _corpus())
+@pytest.mark.parametrize("entry", corpus_entries())
 def test_corpus_fields_from_memory_as_built(entry: dict[str, Any]) -> None:
     """A recorded real-world response's envelope is the same built afresh and from memory."""
-    body = (CORPUS / entry["file"]).read_bytes()
-    request = entry.get("request") or {}
-    ruleset = ENGINES.get(success_rules=tuple(entry.get("success_rules") or ())).routes["default"]
-
-    def make() -> Exchange:
-        return recorded_exchange(
-            status=entry["status"],
-            body=body,
-            headers=entry.get("headers") or {},
-            method=request.get("method", "GET"),
-            path=request.get("path", "/"),
-        )
-
-    _check(ruleset, make, agent_redactor())
+    replay = REPLAYS.corpus(entry)
+    _check(replay.ruleset, replay.make, replay.redactor)
 
 
 #: A FastAPI 422 whose reason holds a secret: scrubbing it reports a redaction kind.

@@ -11,38 +11,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from proxy.policy import ruleset as ruleset_module
 from proxy.policy.build import BuildOptions
 from proxy.policy.evaluate import agent_redactor, recorded_exchange, rewrite
 from proxy.policy.exchange import Exchange
 from proxy.policy.ruleset import Match, Rule, RuleSet
-from proxy.tools.ruletest.cases import Case
-from proxy.tools.ruletest.engines import Engines, exchange_for
+from proxy.tools.ruletest.engines import Engines
+from tests.policy.memory_cases import Replays, corpus_entries, pack_cases
 
-ROOT = Path(__file__).resolve().parents[2]
-CASES = sorted((ROOT / "rules" / "tests").glob("*.yaml"))
-CORPUS = ROOT / "tests" / "corpus" / "responses"
-ENGINES = Engines()
+REPLAYS = Replays()
 
 
 def _fresh() -> RuleSet:
     """The shipped packs' rule set for the default route, with an empty memory."""
     return Engines().get().routes["default"]
-
-
-def _cases() -> list[Any]:
-    out = []
-    for file in CASES:
-        for case in yaml.safe_load(file.read_text(encoding="utf-8"))["cases"]:
-            out.append(pytest.param(file, case, id=f"{file.stem}: {case['name']}"))
-    return out
-
-
-def _corpus() -> list[Any]:
-    manifest = yaml.safe_load((CORPUS / "manifest.yaml").read_text(encoding="utf-8"))
-    return [pytest.param(entry, id=entry["file"]) for entry in manifest["responses"]]
 
 
 def _same(remembered: Match | None, walked: Match | None) -> None:
@@ -71,41 +54,23 @@ def _check(ruleset: RuleSet, make: Any) -> None:
     assert from_memory.redactions == built.redactions
 
 
-@pytest.mark.parametrize(("file", "case"), _cases())
+@pytest.mark.parametrize(("file", "case"), pack_cases())
 def test_pack_case_matches_from_memory_as_walked(file: Path, case: dict[str, Any]) -> None:
     """A pack case's response matches the same rule, with the same values found, and builds the
     same envelope, when it is matched from memory as when every candidate is tried."""
-    loaded = Case.model_validate(case)
-    if loaded.response is None:
+    replay = REPLAYS.pack(file, case)
+    if replay is None:
         return  # a redaction case: nothing to match
-    engine = ENGINES.get(
-        [file.parent / r for r in loaded.rules], loaded.route.success_rules, loaded.redaction
-    )
-    ruleset = engine.routes["default"]
-    assert loaded.response is not None
-    response = loaded.response
-    _check(ruleset, lambda: exchange_for(loaded.request, response))
-    assert ruleset.units is not None
-    _check(ruleset.units, lambda: exchange_for(loaded.request, response))
+    _check(replay.ruleset, replay.make)
+    assert replay.ruleset.units is not None
+    _check(replay.ruleset.units, replay.make)
 
 
-@pytest.mark.parametrize("entry", _corpus())
+@pytest.mark.parametrize("entry", corpus_entries())
 def test_corpus_response_matches_from_memory_as_walked(entry: dict[str, Any]) -> None:
     """A recorded real-world response matches from memory exactly as when walked."""
-    body = (CORPUS / entry["file"]).read_bytes()
-    request = entry.get("request") or {}
-    ruleset = ENGINES.get(success_rules=tuple(entry.get("success_rules") or ())).routes["default"]
-
-    def make() -> Exchange:
-        return recorded_exchange(
-            status=entry["status"],
-            body=body,
-            headers=entry.get("headers") or {},
-            method=request.get("method", "GET"),
-            path=request.get("path", "/"),
-        )
-
-    _check(ruleset, make)
+    replay = REPLAYS.corpus(entry)
+    _check(replay.ruleset, replay.make)
 
 
 def _exchange(headers: dict[str, str], body: str = '{"error": "slow down"}') -> Exchange:

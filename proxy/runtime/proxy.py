@@ -321,9 +321,10 @@ class Proxy:
     async def _finish(self, flow: Flow) -> None:
         """Send the response, then log and count it: the agent does not wait for the books.
 
-        aiohttp would send it after the handler returns; sending it here takes the log line and
-        the metrics off the agent's latency. A streamed response is already sent; an agent that
-        hung up is still logged, and aiohttp closes its connection.
+        The server would send it after the handler returns; sending it here takes the log line
+        and the metrics off the agent's latency. A streamed response is already sent; an agent
+        gone before its answer is written is logged as nginx's 499, and the server closes its
+        connection.
         """
         if flow.recorded:  # a WebSocket session: in the books since its 101 went out
             return
@@ -334,7 +335,7 @@ class Proxy:
                 await flow.response.prepare(flow.request)
                 await flow.response.write_eof()
             except ConnectionError:
-                pass
+                flow.hung_up()  # gone before its answer was written: nginx's 499 too
         self.recorder.finished(flow)
         if self.circuits.enabled and not hung_up:
             await self.gate.told(flow)

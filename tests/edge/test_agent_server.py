@@ -243,3 +243,30 @@ async def test_the_connection_settings_reach_the_server(
     limits = server.limits
     assert (limits.send_timeout, limits.keepalive_timeout, limits.header_timeout) == (7.5, 9.0, 8.0)
     assert (limits.max_line, limits.max_field, limits.max_headers) == (2048, 4096, 20)
+
+
+async def test_a_half_close_while_the_request_runs_is_the_agent_leaving(
+    start_mend: StartMend, start_upstream: StartUpstream
+) -> None:
+    """An agent that shuts down its sending side while its request is upstream is gone, as
+    nginx reads a FIN (``proxy_ignore_client_abort off``): a 499 ``client_closed``."""
+
+    async def slow(_: web.Request) -> web.Response:
+        await asyncio.sleep(0.5)
+        return web.json_response({})
+
+    mend = await start_mend(await start_upstream({"/slow": slow}))
+    reader, writer = await asyncio.open_connection(*_address(mend))
+    writer.write(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+    writer.write_eof()
+    async with asyncio.timeout(5):
+        assert await reader.read() == b""
+    writer.close()
+    lines: list[dict[str, Any]] = []
+    for _ in range(100):  # the log line is written once the upstream answered (5 s at most)
+        lines = [line for line in mend.log_lines() if line.get("path") == "/slow"]
+        if lines:
+            break
+        await asyncio.sleep(0.05)
+    (line,) = lines
+    assert (line["status"], line["outcome"]) == (499, "client_closed")

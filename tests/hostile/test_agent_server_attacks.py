@@ -345,25 +345,6 @@ async def test_a_handler_that_fails_mid_response_does_not_start_a_second_one(
     assert "LookupError" in mend.log.getvalue()
 
 
-def test_requests_sent_before_a_half_close_are_answered(tmp_path: Path) -> None:
-    """An agent sends two pipelined requests and shuts down its writing side: both are
-    answered, then mend closes (the FIN closed the transport at once: mend sent the request
-    upstream and threw the answer away)."""
-    with (
-        mend_before_raw(tmp_path) as (mend, upstream),
-        socket.create_connection(("127.0.0.1", mend.port), timeout=10) as sock,
-    ):
-        sock.sendall(
-            b"GET /one HTTP/1.1\r\nHost: a\r\n\r\n"
-            b"POST /two HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
-        )
-        sock.shutdown(socket.SHUT_WR)
-        raw = _read_all(sock, 5)
-    assert raw.count(b"HTTP/1.1 200 OK") == 2, raw
-    assert raw.endswith(b'{"received": 3}')
-    assert len(upstream.seen) == 2
-
-
 async def test_an_agent_that_stops_reading_its_response_is_disconnected(
     start_mend: StartMend, start_upstream: StartUpstream
 ) -> None:

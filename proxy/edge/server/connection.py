@@ -22,9 +22,10 @@ What nginx and Envoy bound by default is bounded here (``limits.py``):
   request's body read with the ``MalformedRequest`` (a 400).
 
 An agent that hangs up mid-request fails its request's body read and response writes with
-``ConnectionResetError`` (the proxy's 499); one that half-closes gets the answers to the
-requests it sent whole, then the connection closes. After a response, a body the handler did
-not read is read and dropped for up to ``lingering_s`` so the agent sees the response, whether
+``ConnectionResetError`` (the proxy's 499); so does one that half-closes while its request
+runs, as nginx (``proxy_ignore_client_abort off``) and aiohttp read a FIN. After a response,
+a body the handler did not read is read and dropped for up to ``lingering_s`` so the agent sees
+the response, whether
 the connection then stays open or closes; a request whose ``Expect: 100-continue`` body has not
 begun is closed at once. At shutdown, no new request is read, but the body of one running is.
 """
@@ -123,8 +124,6 @@ class AgentConnection(BaseProtocol):
         self._sink: Sink | None = None
         #: armed while the agent does not take what is written to it (``send_timeout``)
         self._send_timer: asyncio.TimerHandle | None = None
-        #: the agent half-closed: no byte will follow those read
-        self._eof = False
         #: bytes read but not parsed while ``max_queued`` requests wait (``_feed``)
         self._pending = b""
 
@@ -167,21 +166,6 @@ class AgentConnection(BaseProtocol):
             self._send_timer.cancel()
             self._send_timer = None
         super().resume_writing()
-
-    def eof_received(self) -> bool:
-        """The agent closed its side (a half-close, ``shutdown(SHUT_WR)``): the requests it
-        sent whole are answered, then the connection closes. (The transport closed at once:
-        a request sent and half-closed got no answer.)"""
-        if self._sink is not None or (self._current is None and not self._queue):
-            return False  # nothing to answer: closed now
-        if self.ssl_context is not None:
-            return False  # asyncio's TLS transport closes anyway (and warns)
-        self._eof = True
-        if self._body is not None:  # cut off mid-body: its request fails as a hang-up
-            self._body.set_exception(ConnectionResetError("the agent closed mid-body"))
-            self._body = None
-            self._closing = True
-        return True
 
     def pause_reading(self) -> None:
         self._reading_paused = True
@@ -355,8 +339,6 @@ class AgentConnection(BaseProtocol):
             self._http_again()
         elif self._queue:
             self._next()
-        elif self._eof:  # the agent half-closed: all it sent is answered
-            self._close()
         elif not self._in_head:  # (a head arriving has its own deadline: not idle)
             self._wait_idle()
 

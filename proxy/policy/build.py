@@ -131,11 +131,7 @@ def build(
     (``scrubber.recalled``), unless the rule's templates read more than that (``live``).
     """
     lookup = Lookup(exchange, found)
-    decided = (
-        _retry(compiled, exchange, lookup, scrub, options)
-        if compiled.action is Action.RETRY
-        else (compiled.action, False, Resend.SAFE, None)  # what _retry decides for the rest
-    )
+    decided = _retry(compiled, exchange, lookup, scrub, options)
     if (
         compiled.live
         or len(exchange.text) > _BUILT_TEXT_MAX

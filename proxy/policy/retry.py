@@ -103,10 +103,9 @@ def _http_date(value: str) -> float | None:
 
 
 def _seconds_from_retry_after(value: str, now: float) -> float | None:
-    value = value.strip()
-    if _DECIMAL.fullmatch(value):  # RFC 9110 says integer; Shopify and others send "2.0"
-        return float(value)
-    moment = _http_date(value)
+    """A ``Retry-After`` HTTP date, as seconds from ``now`` (``retry_after_ms`` reads a number of
+    seconds itself, before the clock)."""
+    moment = _http_date(value.strip())
     return None if moment is None else _until(moment, now)
 
 
@@ -138,6 +137,7 @@ def retry_after_ms(headers: Mapping[str, str], now: float | None = None) -> int 
         return round(float(value) / 1000 * 1000)  # Azure OpenAI: the same, in milliseconds
     after = headers.get("Retry-After")
     if after is not None and _DECIMAL.fullmatch(after.strip()):
+        # RFC 9110 says integer; Shopify and others send "2.0"
         return round(float(after.strip()) * 1000)
     clock = _reference(headers, time.time() if now is None else now)
     seconds: float | None = None

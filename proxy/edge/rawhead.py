@@ -12,8 +12,23 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from multidict import CIMultiDict, CIMultiDictProxy
+
 #: Bytes no header line may hold (aiohttp's own writer refuses them too: header injection).
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def decoded(raw: list[tuple[bytes, bytes]]) -> CIMultiDictProxy[str]:
+    """Header fields as llhttp hands them over, decoded as aiohttp's parser does: bytes that are
+    not UTF-8 become surrogate escapes, which ``head_bytes`` writes back as they came."""
+    return CIMultiDictProxy(
+        CIMultiDict(
+            [
+                (name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
+                for name, value in raw
+            ]
+        )
+    )
 
 
 def is_ascii(headers: Mapping[str, str]) -> bool:
@@ -23,6 +38,6 @@ def is_ascii(headers: Mapping[str, str]) -> bool:
 def head_bytes(status_line: str, headers: Mapping[str, str]) -> bytes:
     """``status_line`` and ``headers`` as HTTP/1.1 head bytes, surrogate escapes restored."""
     lines = [status_line, *(f"{name}: {value}" for name, value in headers.items())]
-    if any(_CONTROL.search(line) for line in lines):
+    if any(CONTROL.search(line) for line in lines):
         raise ValueError("control character in a header line")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")

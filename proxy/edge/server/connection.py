@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import httptools
 from aiohttp import web
@@ -52,6 +52,7 @@ from proxy.edge.failures import (
     UriTooLong,
 )
 from proxy.edge.server import head
+from proxy.edge.upstream.connection import Sink
 
 if TYPE_CHECKING:
     from proxy.edge.server.listener import AgentServer
@@ -63,14 +64,6 @@ BODY_BUFFER = 2**16
 #: The most bytes llhttp parses at once: the queue is looked at between two pieces, so one read
 #: queues at most the requests one piece holds (about a hundred of the smallest) past its cap.
 FEED_PIECE = 2048
-
-
-class Sink(Protocol):
-    """Where an upgraded connection's bytes go (``proxy/edge/tunnel.py``'s relay)."""
-
-    def feed_data(self, data: bytes) -> object: ...
-
-    def feed_eof(self) -> None: ...
 
 
 class _Refuse(Exception):

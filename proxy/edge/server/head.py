@@ -13,6 +13,8 @@ from aiohttp.http import HttpVersion, HttpVersion10, HttpVersion11, RawRequestMe
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from proxy.edge.rawhead import decoded
+
 #: llhttp's version strings, as aiohttp's version tuples
 VERSIONS = {"1.1": HttpVersion11, "1.0": HttpVersion10}
 
@@ -60,18 +62,6 @@ def target_url(method: str, target: str) -> URL:
     if url.raw_host is None:
         raise InvalidTarget(target[:200])
     return url
-
-
-def decoded(raw: list[tuple[bytes, bytes]]) -> CIMultiDictProxy[str]:
-    """The header fields as aiohttp's parser decodes them."""
-    return CIMultiDictProxy(
-        CIMultiDict(
-            [
-                (name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
-                for name, value in raw
-            ]
-        )
-    )
 
 
 def message(

@@ -16,8 +16,9 @@ from collections.abc import Callable
 from typing import Protocol, cast
 
 import httptools
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDictProxy
 
+from proxy.edge.rawhead import decoded
 from proxy.edge.upstream.errors import Disconnected, ProtocolError, ReadTimeout, UpstreamError
 from proxy.edge.upstream.limits import Limits
 
@@ -75,16 +76,7 @@ class Connection(asyncio.Protocol):
         self.upgraded = False
 
     def headers(self) -> CIMultiDictProxy[str]:
-        # as aiohttp's parser: bytes that are not UTF-8 become surrogate escapes, written back
-        # as they came
-        return CIMultiDictProxy(
-            CIMultiDict(
-                [
-                    (n.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
-                    for n, v in self.raw
-                ]
-            )
-        )
+        return decoded(self.raw)
 
     def _delimited(self) -> bool:
         """Whether the body's end is told by ``Content-Length`` or chunks (else by the close);

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import re
-
 from multidict import CIMultiDict
 
+from proxy.edge.rawhead import CONTROL
 from proxy.edge.upstream.errors import ProtocolError
 
 #: Methods that carry no body by default: with none, aiohttp added no ``Content-Length: 0``.
 BODILESS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 #: Control bytes no request line or header line may hold (header injection), CR and LF included.
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def request_head(
@@ -48,7 +46,7 @@ def request_head(
         lines.append("Content-Length: 0")
     text = "\r\n".join(lines)
     # an injected CRLF shows as one more line break than lines; a lone CR or LF, as a control
-    if text.count("\n") != len(lines) - 1 or _CONTROL.search(text.replace("\r\n", " ")):
+    if text.count("\n") != len(lines) - 1 or CONTROL.search(text.replace("\r\n", " ")):
         raise ProtocolError("control character in the request head")
     return (text + "\r\n\r\n").encode("utf-8", "surrogateescape"), chunked
 

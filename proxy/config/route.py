@@ -162,3 +162,9 @@ class Route(Frozen):
         if self.mcp_tools is not None and importlib.util.find_spec("mcp") is None:
             raise ValueError("mcp_tools: PATH needs the MCP SDK: pip install 'mend[mcp]'")
         return self
+
+
+def below(prefix: str) -> str:
+    """What a path below the route ``prefix`` starts with: the prefix and one slash (``/api``
+    serves ``/api`` and ``/api/x``, not ``/apix``)."""
+    return prefix if prefix.endswith("/") else prefix + "/"

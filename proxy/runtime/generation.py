@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from structlog.typing import FilteringBoundLogger
 from yarl import URL
 
-from proxy.config.route import Route
+from proxy.config.route import Route, below
 from proxy.config.settings import Settings
 from proxy.edge.forward import Upstreams
 from proxy.edge.redirect import UpstreamOrigin
@@ -40,6 +40,8 @@ class RouteRuntime:
     timeout: Timeouts
     #: how redirect headers name the upstream (``None``: the route does not rewrite them)
     redirects: UpstreamOrigin | None
+    #: what a path below the route's prefix starts with (``route.below``), made once
+    below: str
 
     @classmethod
     def of(cls, route: Route) -> RouteRuntime:
@@ -48,7 +50,8 @@ class RouteRuntime:
         # to the response headers once the request is sent; between body bytes, see _stream
         timeout = Timeouts(connect=route.connect_timeout, read=route.read_timeout)
         redirects = UpstreamOrigin.of(route.upstream) if route.rewrite_redirects else None
-        return cls(route, Origin.parse(route.upstream), host, timeout, redirects)
+        origin = Origin.parse(route.upstream)
+        return cls(route, origin, host, timeout, redirects, below(route.prefix))
 
 
 class Generation:
@@ -98,8 +101,7 @@ class Generation:
     def route_for(self, path: str) -> RouteRuntime | None:
         """The route whose prefix starts the raw (still percent-encoded) path, longest first."""
         for runtime in self.routes:
-            prefix = runtime.route.prefix
-            if path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/"):
+            if path == runtime.route.prefix or path.startswith(runtime.below):
                 return runtime
         return None
 

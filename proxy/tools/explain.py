@@ -17,16 +17,16 @@ from typing import Any
 import orjson
 
 from proxy.config.choices import ProtocolName
-from proxy.config.route import Route
+from proxy.config.route import Route, below
 from proxy.config.settings import Settings
-from proxy.policy import json_depth
 from proxy.policy.build import BuildOptions
-from proxy.policy.evaluate import Answer, Evaluation, answer_exchange, recorded_exchange
-from proxy.policy.exchange import NOT_JSON, Exchange
+from proxy.policy.evaluate import Evaluation, answer_exchange, recorded_exchange
+from proxy.policy.exchange import Exchange
 from proxy.policy.protocols.detect import Detector, default_protocols
 from proxy.policy.ruleengine import Engine
 from proxy.policy.ruleset import RuleSet, Verdict
 from proxy.policy.shorten import shortened
+from proxy.tools.ruletest.engines import answered_document
 
 #: Content-Type assumed for a ``--body-file`` with this extension when no header names one.
 MEDIA_BY_EXTENSION = {
@@ -55,8 +55,7 @@ def route_for(settings: Settings, name: str | None, path: str) -> Route:
         known = ", ".join(r.name for r in settings.routes)
         raise ValueError(f"no route named {name!r} (routes: {known})")
     for route in sorted(settings.routes, key=lambda r: len(r.prefix), reverse=True):
-        prefix = route.prefix
-        if path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/"):
+        if path == route.prefix or path.startswith(below(route.prefix)):
             return route
     raise ValueError(f"no route's prefix matches {path!r}")
 
@@ -131,7 +130,7 @@ def explain(
         options or BuildOptions(),
     )
     protocol = answered.protocol.name.value if answered and answered.protocol else "http"
-    document = _answer_document(answered)
+    document = answered_document(answered)
     if answered is not None and answered.units:
         units = tuple(
             Explanation(route, unit.exchange, tuple(ruleset.explain_unit(unit.exchange)), one)
@@ -144,13 +143,6 @@ def explain(
     verdicts = tuple(ruleset.explain(exchange))
     evaluation = answered.evaluations[0] if answered is not None else None
     return Explanation(route, exchange, verdicts, evaluation, protocol, (), document)
-
-
-def _answer_document(answered: Answer | None) -> Any:
-    if answered is None or answered.rendered is None or not answered.rendered.body:
-        return None
-    document = json_depth.loads(answered.rendered.body)
-    return None if document is NOT_JSON else document
 
 
 def exchange_from(

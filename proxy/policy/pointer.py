@@ -54,7 +54,8 @@ _SENTENCES = (
 )
 
 
-def _escape(segment: str) -> str:
+def escape_segment(segment: str) -> str:
+    """One JSON Pointer reference token (RFC 6901 §3: ``~`` as ``~0``, ``/`` as ``~1``)."""
     return segment.replace("~", "~0").replace("/", "~1")
 
 
@@ -73,7 +74,7 @@ def from_segments(segments: Iterable[object], strip: Sequence[str] = ()) -> str 
         parts.pop()  # DRF's nested non_field_errors belong to the object they sit in
     while len(parts) > 1 and parts[0] in strip:
         parts.pop(0)
-    return "".join("/" + _escape(p) for p in parts) or None
+    return "".join("/" + escape_segment(p) for p in parts) or None
 
 
 def _from_sentence(text: str, strip: Sequence[str]) -> str | None:

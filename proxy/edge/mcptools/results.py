@@ -24,6 +24,7 @@ from proxy.edge.mcptools.tools import RESULT, Toolbox, ToolSpec
 from proxy.policy.envelope import Envelope, InvalidField
 from proxy.policy.exchange import NOT_JSON
 from proxy.policy.openapi.spec import Mount, Spec
+from proxy.policy.pointer import escape_segment
 from proxy.policy.protocols.mcp import META_KEY
 from proxy.policy.render import render
 from proxy.policy.upstream_body import Body
@@ -176,17 +177,13 @@ def argument_pointer(tool: ToolSpec, pointer: str, location: str | None) -> str:
     tail = "/" + rest if rest else ""
     if location in ("path", "query", "header"):
         argument = tool.argument(location, head)
-        return "/" + _escape(argument.name) + tail if argument is not None else pointer
+        return "/" + escape_segment(argument.name) + tail if argument is not None else pointer
     if tool.whole_body and location in ("body", None):
         whole = tool.argument("body", "")
         if whole is not None and (location == "body" or tool.named(head) is None):
-            return "/" + _escape(whole.name) + pointer if pointer else "/" + whole.name
+            return "/" + escape_segment(whole.name) + pointer if pointer else "/" + whole.name
     if location in ("body", None) and head:
         argument = tool.argument("body", head)
         if argument is not None:
-            return "/" + _escape(argument.name) + tail
+            return "/" + escape_segment(argument.name) + tail
     return pointer
-
-
-def _escape(name: str) -> str:
-    return name.replace("~", "~0").replace("/", "~1")

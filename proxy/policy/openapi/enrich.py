@@ -30,6 +30,7 @@ from proxy.policy.openapi.nearest import nearest_redirect
 from proxy.policy.openapi.operations import Operation, split
 from proxy.policy.openapi.spec import Mount, Spec
 from proxy.policy.openapi.violations import Violation, echo
+from proxy.policy.pointer import escape_segment
 
 #: Tails of an undocumented pointer tried against the document (the longest first).
 _TAILS = 8
@@ -204,13 +205,9 @@ def _documented(spec: Spec, operation: Operation, pointer: str) -> tuple[str, An
             continue
         schema, location, name = found
         if name is not None and name != tail[0].replace("~1", "/").replace("~0", "~"):
-            tail = [_escape(name), *tail[1:]]
+            tail = [escape_segment(name), *tail[1:]]
         return "/" + "/".join(tail), schema, location
     return None
-
-
-def _escape(segment: str) -> str:
-    return segment.replace("~", "~0").replace("/", "~1")
 
 
 def _with_facts(

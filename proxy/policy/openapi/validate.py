@@ -39,7 +39,8 @@ from proxy.policy.openapi.schema_prep import (
     nullable_aware,
     referenced,
 )
-from proxy.policy.openapi.violations import Violation, echo, escape_pointer, reason_for
+from proxy.policy.openapi.violations import Violation, echo, reason_for
+from proxy.policy.pointer import escape_segment
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
@@ -219,7 +220,7 @@ class Checker:
             values = query.getall(spec.name, []) if hasattr(query, "getall") else []
         else:
             values = headers.getall(spec.name, []) if hasattr(headers, "getall") else []
-        pointer = "/" + escape_pointer(spec.name)
+        pointer = "/" + escape_segment(spec.name)
         if not values:
             if not spec.required:
                 return []
@@ -306,7 +307,7 @@ class Checker:
         return list(found.values())
 
     def _from_error(self, error: ValidationError, base: str, location: str) -> list[Violation]:
-        pointer = base + "".join("/" + escape_pointer(str(p)) for p in error.absolute_path)
+        pointer = base + "".join("/" + escape_segment(str(p)) for p in error.absolute_path)
         keyword = str(error.validator)
         schema = error.schema if isinstance(error.schema, Mapping) else {}
         if keyword == "required" and isinstance(error.instance, Mapping):
@@ -318,7 +319,7 @@ class Checker:
                     sub = properties.get(name, {})
                     out.append(
                         Violation(
-                            f"{pointer}/{escape_pointer(name)}",
+                            f"{pointer}/{escape_segment(name)}",
                             location,
                             "is required",
                             None,
@@ -340,7 +341,7 @@ class Checker:
                 ):
                     out.append(
                         Violation(
-                            f"{pointer}/{escape_pointer(name)}",
+                            f"{pointer}/{escape_segment(name)}",
                             location,
                             "is not a property of this object",
                             None,

@@ -25,29 +25,34 @@ class Violation:
 _ECHO_CHARS = 256
 
 
+#: What each failed keyword asks, ``{}`` standing for the schema's value (as ``echo`` shows it).
+_REASONS = {
+    "enum": "must be one of the values in allowed_values.enum",
+    "const": "must be {!r}",
+    "type": "must be of type {}",
+    "format": "must be a valid {}",
+    "pattern": "must match the pattern {}",
+    "minimum": "must be at least {}",
+    "maximum": "must be at most {}",
+    "exclusiveMinimum": "must be greater than {}",
+    "exclusiveMaximum": "must be less than {}",
+    "multipleOf": "must be a multiple of {}",
+    "minLength": "must be at least {} characters long",
+    "maxLength": "must be at most {} characters long",
+    "minItems": "must have at least {} items",
+    "maxItems": "must have at most {} items",
+    "uniqueItems": "must not repeat items",
+    "oneOf": "must match exactly one of the documented alternatives",
+    "anyOf": "must match one of the documented alternatives",
+    "nullable": "must not be null",
+}
+
+
 def reason_for(keyword: str, value: Any) -> str:
-    shown = echo(value)
-    reasons = {
-        "enum": "must be one of the values in allowed_values.enum",
-        "const": f"must be {shown!r}",
-        "type": f"must be of type {shown}",
-        "format": f"must be a valid {shown}",
-        "pattern": f"must match the pattern {shown}",
-        "minimum": f"must be at least {shown}",
-        "maximum": f"must be at most {shown}",
-        "exclusiveMinimum": f"must be greater than {shown}",
-        "exclusiveMaximum": f"must be less than {shown}",
-        "multipleOf": f"must be a multiple of {shown}",
-        "minLength": f"must be at least {shown} characters long",
-        "maxLength": f"must be at most {shown} characters long",
-        "minItems": f"must have at least {shown} items",
-        "maxItems": f"must have at most {shown} items",
-        "uniqueItems": "must not repeat items",
-        "oneOf": "must match exactly one of the documented alternatives",
-        "anyOf": "must match one of the documented alternatives",
-        "nullable": "must not be null",
-    }
-    return reasons.get(keyword, f"does not satisfy the schema's {keyword[:40]}")
+    reason = _REASONS.get(keyword)
+    if reason is None:
+        return f"does not satisfy the schema's {keyword[:40]}"
+    return reason.format(echo(value)) if "{" in reason else reason
 
 
 def echo(value: Any) -> Any:
@@ -67,7 +72,3 @@ def echo(value: Any) -> Any:
             return None
         return value if size <= _ECHO_CHARS else None
     return value
-
-
-def escape_pointer(segment: str) -> str:
-    return segment.replace("~", "~0").replace("/", "~1")

@@ -47,8 +47,6 @@ class Flow:
     exchange: Exchange
     #: the route the path falls under (``None``: no route; the request is refused)
     runtime: RouteRuntime | None
-    #: the route's settings (``runtime.route``)
-    route: Route | None
     #: ``time.perf_counter()`` when the request arrived
     started: float
     #: the request's spans, when tracing is on (``proxy/observation/traces.py``)
@@ -84,10 +82,16 @@ class Flow:
     ) -> Flow:
         """The flow of a request that just arrived, with its request id (CONTRACT §5)."""
         rid = request_id(request.headers, trace.trace_id if trace is not None else None)
-        route = runtime.route if runtime is not None else None
-        exchange = exchange_of(request, rid, route.name if route is not None else "none")
+        route = runtime.route.name if runtime is not None else "none"
+        exchange = exchange_of(request, rid, route)
         request[GENERATION] = generation  # not the flow: a flow holds its request
-        return cls(request, generation, exchange, runtime, route, time.perf_counter(), trace)
+        return cls(request, generation, exchange, runtime, time.perf_counter(), trace)
+
+    @property
+    def route(self) -> Route | None:
+        """The route's settings (``runtime.route``)."""
+        runtime = self.runtime
+        return runtime.route if runtime is not None else None
 
     @property
     def request_id(self) -> str:

@@ -10,6 +10,11 @@ asked). So each memory keeps score: after ``PROBE`` look-ups with fewer than one
 
 from __future__ import annotations
 
+from typing import Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+
 #: look-ups scored before a memory may rest, and again after each rest
 PROBE = 64
 #: at least one hit in this many look-ups keeps a memory asked
@@ -44,3 +49,22 @@ class Probation:
             if self.hits * RATIO < PROBE:
                 self.resting = REST
             self.hits = self.misses = 0
+
+
+class Bounded(Generic[K, V]):
+    """A memory's entries, each with its size in characters: at most ``max_entries`` of them
+    and ``max_chars`` in all, the oldest dropped first."""
+
+    __slots__ = ("chars", "entries", "max_chars", "max_entries")
+
+    def __init__(self, max_entries: int, max_chars: int) -> None:
+        self.max_entries, self.max_chars = max_entries, max_chars
+        self.entries: dict[K, tuple[V, int]] = {}
+        self.chars = 0
+
+    def put(self, key: K, value: V, size: int) -> None:
+        entries = self.entries
+        while entries and (len(entries) >= self.max_entries or self.chars + size > self.max_chars):
+            self.chars -= entries.pop(next(iter(entries)))[1]
+        entries[key] = (value, size)
+        self.chars += size

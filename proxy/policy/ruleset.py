@@ -26,7 +26,7 @@ from proxy.policy.matchers import (
     speaks_protocol,
     statuses,
 )
-from proxy.policy.memo import Probation
+from proxy.policy.memo import Bounded, Probation
 from proxy.policy.query import present_paths
 from proxy.policy.rulefile import Docs, LoadedRule, compile_jmespath
 
@@ -206,7 +206,7 @@ _UNKNOWN = object()
 MatchKey = tuple[Any, ...]
 
 
-class MatchMemory:
+class MatchMemory(Bounded[tuple[Any, ...], "Match | None"]):
     """The match of a response seen before, by everything a rule set's conditions can read of
     it: status, method, path, content type, protocol, tool, JSON-RPC method, body text, JSON
     document (as ``orjson`` writes it), and the values of the headers its rules name.
@@ -216,13 +216,12 @@ class MatchMemory:
     Bounded by entries and by characters, the oldest dropped first.
     """
 
-    __slots__ = ("chars", "entries", "headers", "probations", "request_headers")
+    __slots__ = ("headers", "probations", "request_headers")
 
     def __init__(self, headers: tuple[str, ...], request_headers: tuple[str, ...]) -> None:
+        super().__init__(_MATCHES_MAX, _MATCH_CHARS_MAX)
         self.headers = headers
         self.request_headers = request_headers
-        self.entries: dict[MatchKey, tuple[Match | None, int]] = {}
-        self.chars = 0
         #: by status: asked only while responses with it repeat (``proxy/policy/memo.py``); a
         #: route whose 500s never repeat (a timestamp in each) still remembers its 422s
         self.probations: dict[int, Probation] = {}
@@ -261,13 +260,8 @@ class MatchMemory:
         entry = self.entries.get(key)
         return _UNKNOWN if entry is None else entry[0]
 
-    def put(self, key: MatchKey, match: Match | None) -> None:
-        size = len(key[7]) + len(key[8] or b"") + len(key[2])
-        entries = self.entries
-        while entries and (len(entries) >= _MATCHES_MAX or self.chars + size > _MATCH_CHARS_MAX):
-            self.chars -= entries.pop(next(iter(entries)))[1]
-        entries[key] = (match, size)
-        self.chars += size
+    def remember(self, key: MatchKey, match: Match | None) -> None:
+        self.put(key, match, len(key[7]) + len(key[8] or b"") + len(key[2]))
 
 
 def _memory(rules: Iterable[Rule]) -> MatchMemory | None:
@@ -398,7 +392,7 @@ class RuleSet:
         if known is _UNKNOWN:
             probation.miss()
             known = self.walk(exchange)
-            memory.put(key, known)
+            memory.remember(key, known)
         else:
             probation.hit()
         return None if known is None else Match(known.rule, dict(known.found))

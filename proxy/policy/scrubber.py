@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from proxy.policy.memo import Probation
+from proxy.policy.memo import Bounded, Probation
 from proxy.policy.redaction import Redactor, Scrubbed
 
 T = TypeVar("T")
@@ -48,31 +48,18 @@ def of(scrub: Callable[[str], str]) -> Scrubber | None:
     return owner if isinstance(owner, Scrubber) else None
 
 
-class Remembered:
+class Remembered(Bounded[tuple[object, bytes], tuple[Any, tuple[str, ...]]]):
     """What a rule made of a JSON document, scrubbed (``invalid_fields``, ``upstream_detail``),
     with the redaction kinds scrubbing it reported, by the redactor and the document as
     ``orjson`` writes it (``Exchange.written``). Bounded by entries and characters, the oldest
     dropped first."""
 
-    __slots__ = ("chars", "entries", "probation")
+    __slots__ = ("probation",)
 
     def __init__(self) -> None:
-        self.entries: dict[tuple[object, bytes], tuple[Any, tuple[str, ...], int]] = {}
-        self.chars = 0
+        super().__init__(_REMEMBERED_MAX, _REMEMBERED_CHARS_MAX)
         #: asked only while documents repeat (``proxy/policy/memo.py``)
         self.probation = Probation()
-
-    def put(
-        self, key: tuple[object, bytes], value: Any, kinds: tuple[str, ...], weight: int = 0
-    ) -> None:
-        size = len(key[1]) + weight
-        entries = self.entries
-        while entries and (
-            len(entries) >= _REMEMBERED_MAX or self.chars + size > _REMEMBERED_CHARS_MAX
-        ):
-            self.chars -= entries.pop(next(iter(entries)))[2]
-        entries[key] = (value, kinds, size)
-        self.chars += size
 
 
 def recalled(
@@ -98,8 +85,9 @@ def recalled(
         memory.probation.miss()
         start = len(scrubber.kinds)
         value = make()
-        memory.put(key, value, tuple(scrubber.kinds[start:]), weight)
+        memory.put(key, (value, tuple(scrubber.kinds[start:])), len(document) + weight)
         return value
     memory.probation.hit()
-    scrubber.kinds.extend(known[1])
-    return known[0]  # type: ignore[no-any-return]
+    value, kinds = known[0]
+    scrubber.kinds.extend(kinds)
+    return value

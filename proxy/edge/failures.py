@@ -111,6 +111,13 @@ class MalformedRequest(Refused):
     rule, reason, status = "proxy.malformed_request", "malformed_request", 400
 
 
+class UnsupportedTransferCoding(MalformedRequest):
+    """A ``Transfer-Encoding`` with a coding besides ``chunked``: refused, never rewritten
+    (nginx's 501; ``proxy/edge/server/framing.py``)."""
+
+    rule, reason, status = "proxy.unsupported_transfer_coding", "unsupported_coding", 501
+
+
 class UriTooLong(MalformedRequest):
     rule, reason, status = "proxy.uri_too_long", "uri_too_long", 414
 

@@ -17,9 +17,14 @@ What nginx and Envoy bound by default is bounded here (``limits.py``):
 - a **send timeout**: a response the agent takes nothing of for ``send_timeout`` is aborted;
 - **envelopes for requests mend refuses itself** (400, 414, 431, a handler's bug as 500), with a
   request id and one log line, through the server's ``refuse``; the connection closes after it.
-  A request line that is not HTTP/1.0 or 1.1, or a ``Transfer-Encoding`` not ending in
-  ``chunked``, is refused before the request starts; a chunked body that breaks off fails its
-  request's body read with the ``MalformedRequest`` (a 400).
+  A request line that is not HTTP/1.0 or 1.1, or framing ``framing.py`` refuses, is refused
+  before the request starts; a chunked body that breaks off fails its request's body read with
+  the ``MalformedRequest`` (a 400), or refuses it whole if it has not started.
+
+A request starts only once the piece of bytes holding its head is parsed, so that what llhttp
+refuses right after a head (an invalid ``Transfer-Encoding``, the first chunk line) refuses a
+request of which nothing went upstream; an upgrade mend does not make is framed anew
+(``_reframe``), and what follows a WebSocket handshake waits for its answer (``_hold``).
 
 An agent that hangs up mid-request fails its request's body read and response writes with
 ``ConnectionResetError`` (the proxy's 499); so does one that half-closes while its request
@@ -49,9 +54,12 @@ from proxy.edge.failures import (
     MalformedRequest,
     ProxyBug,
     ProxyFailure,
+    UnsupportedTransferCoding,
     UriTooLong,
 )
-from proxy.edge.server import head
+from proxy.edge.rawhead import decoded
+from proxy.edge.server import framing, head
+from proxy.edge.server.framing import Upgrade
 from proxy.edge.upstream.connection import Sink
 
 if TYPE_CHECKING:
@@ -109,6 +117,16 @@ class AgentConnection(BaseProtocol):
         self._closing = False
         #: a request was refused: nothing after it is read
         self._refused = False
+        #: the request whose head llhttp handed over and whose message is not whole yet: refused
+        #: whole if llhttp refuses what follows its head (a post-head check, a chunk line) before
+        #: it started (the piece holding its head not parsed yet, or a request ahead of it)
+        self._parsing: web.BaseRequest | None = None
+        #: what follows the head being parsed, when llhttp reads it as an upgrade
+        self._following: Upgrade = Upgrade.NONE
+        #: the framing fields of a request read as an upgrade mend does not make (``_reframe``)
+        self._framing_head = b""
+        #: a fresh parser is being told a request's framing (``_reframe``): no request begins
+        self._framing = False
         #: an upgrade request's head was parsed: what follows is not HTTP until it is answered
         self._upgrade = False
         #: the upgrade request whose answer decides what ``_tail`` is
@@ -189,7 +207,7 @@ class AgentConnection(BaseProtocol):
         """``data`` to llhttp, ``FEED_PIECE`` bytes at a time: once ``max_queued`` requests wait,
         the rest is kept unparsed (``_pending``) and the socket paused until one runs. (llhttp
         cannot be paused between two requests: a whole read fed at once would queue every
-        request in it.)"""
+        request in it.) A request starts only once the piece holding its head is parsed."""
         size, start = len(data), 0
         while start < size:
             piece = data if size <= FEED_PIECE else data[start : start + FEED_PIECE]
@@ -198,11 +216,14 @@ class AgentConnection(BaseProtocol):
             try:
                 self.parser.feed_data(piece)
             except httptools.HttpParserUpgrade as exc:
-                self._upgrade = True
-                self._tail = piece[exc.args[0] :] + data[start:]
-                # the request asking it: the last parsed (requests may still run ahead of it)
-                self._upgrading = self._queue[-1][0] if self._queue else self._current
-                return
+                rest = piece[exc.args[0] :] + data[start:]
+                if self._following is not Upgrade.PLAIN:
+                    self._hold(rest)
+                    return
+                if not self._reframe():
+                    return
+                data, size, start = rest, len(rest), 0  # the same request's body, and on
+                continue
             except _Refuse as exc:
                 self._refuse(exc.failure)
                 return
@@ -212,6 +233,7 @@ class AgentConnection(BaseProtocol):
                 else:
                     self._refuse(MalformedRequest(str(exc)[:200] or type(exc).__name__))
                 return
+            self._start()
             if self._in_head and self._head_bytes > self.limits.max_head:
                 self._refuse(HeadersTooLarge("request head too large", limit=self.limits.max_head))
                 return
@@ -220,11 +242,46 @@ class AgentConnection(BaseProtocol):
                 self._pause_reading_for_buffer()
                 self._head_by = None  # a head cut here is mend's wait, not the agent's
                 return
+        self._start()
+
+    def _start(self) -> None:
+        """llhttp read past the heads handed over: the first request waiting runs, if none does."""
+        if self._current is None and self._queue:
+            self._next()
+
+    def _hold(self, tail: bytes) -> None:
+        """An upgrade request's head: what follows waits until the request is answered (a
+        WebSocket tunnel takes it, or it is HTTP again); after a CONNECT, nothing is read."""
+        self._upgrade = True
+        if self._following is Upgrade.CONNECT:
+            self._closing = True
+        else:
+            self._tail = tail
+        # the request asking it: the last parsed (requests may still run ahead of it)
+        self._upgrading = self._queue[-1][0] if self._queue else self._current
+        self._following = Upgrade.NONE
+        self._start()
+
+    def _reframe(self) -> bool:
+        """llhttp stopped at an upgrade mend does not make, skipping the body: a fresh parser is
+        told the request's own framing fields (``framing.framing_head``) and reads its body and
+        what follows, by the same rules. ``False``: it refused them (the request is refused)."""
+        self._following = Upgrade.NONE
+        self.parser = httptools.HttpRequestParser(self)
+        self._framing = True
+        try:
+            self.parser.feed_data(self._framing_head)
+        except httptools.HttpParserError as exc:
+            self._framing = False
+            self._refuse(MalformedRequest(str(exc)[:200] or type(exc).__name__))
+            return False
+        self._framing = False
+        return True
 
     # --- llhttp's callbacks ---------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        if self._closing:  # behind a body read while closing: no new request
+        if self._closing or self._framing:  # behind a body read while closing: no new request
             return
         self._in_head = True
         self._target, self._raw = b"", []
@@ -234,12 +291,16 @@ class AgentConnection(BaseProtocol):
             self._deadline(self._head_by)
 
     def on_url(self, url: bytes) -> None:
+        if self._framing:
+            return
         self._target += url
         if len(self._target) > self.limits.max_line:
             limit = self.limits.max_line
             raise _Refuse(UriTooLong(f"request target over {limit} bytes", limit=limit))
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._framing:
+            return
         limits = self.limits
         if len(name) + len(value) + 2 > limits.max_field:
             raise _Refuse(
@@ -252,7 +313,7 @@ class AgentConnection(BaseProtocol):
             raise _Refuse(HeadersTooLarge("Too many headers", limit=limits.max_headers))
 
     def on_headers_complete(self) -> None:
-        if self._closing and not self._in_head:
+        if (self._closing and not self._in_head) or self._framing:
             return
         self._in_head = False
         self.idle_until = None
@@ -263,26 +324,35 @@ class AgentConnection(BaseProtocol):
         version = parser.get_http_version()
         if version not in head.VERSIONS:  # llhttp reads HTTP/0.9 and HTTP/2.0 request lines too
             raise _Refuse(MalformedRequest(f"HTTP/{version} is not HTTP/1.0 or HTTP/1.1"))
+        headers = decoded(self._raw)
+        keep_alive = parser.should_keep_alive() and method != "CONNECT"
         try:
+            read = framing.read(method, head.VERSIONS[version], headers, parser.should_upgrade())
             message = head.message(
                 method,
                 self._target.decode("utf-8", "surrogateescape"),
                 head.VERSIONS[version],
+                headers,
                 self._raw,
-                keep_alive=parser.should_keep_alive(),
-                upgrade=parser.should_upgrade(),
+                read,
+                keep_alive=keep_alive,
             )
         except head.InvalidTarget as exc:
             raise _Refuse(MalformedRequest(f"invalid request target {exc}")) from None
-        except head.InvalidFraming as exc:
+        except framing.InvalidFraming as exc:
             raise _Refuse(MalformedRequest(str(exc))) from None
-        body = EMPTY_PAYLOAD
-        if _has_body(message):
-            body = self._body = StreamReader(self, BODY_BUFFER, loop=self._loop)
-        self._queue.append((self._request(message, body), self.server.handler))
-        if self._current is None:
-            self._next()
-        elif len(self._queue) >= self.limits.max_queued:
+        except framing.UnsupportedCoding as exc:
+            raise _Refuse(UnsupportedTransferCoding(str(exc))) from None
+        if read.following is Upgrade.PLAIN:  # llhttp skips this body: a fresh parser frames it
+            self._framing_head = framing.framing_head(method, self._raw, keep_alive)
+        self._following = read.following
+        reader = EMPTY_PAYLOAD
+        if read.body:
+            reader = self._body = StreamReader(self, BODY_BUFFER, loop=self._loop)
+        request = self._request(message, reader)
+        self._queue.append((request, self.server.handler))
+        self._parsing = request
+        if len(self._queue) >= self.limits.max_queued:
             self._pause_reading_for_buffer()
 
     def on_body(self, body: bytes) -> None:
@@ -290,6 +360,9 @@ class AgentConnection(BaseProtocol):
             self._body.feed_data(body)
 
     def on_message_complete(self) -> None:
+        if self._following is Upgrade.PLAIN:  # the body llhttp skipped: framed by ``_reframe``
+            return
+        self._parsing = None
         if self._body is not None:
             self._body.feed_eof()
             self._body = None
@@ -404,7 +477,11 @@ class AgentConnection(BaseProtocol):
         """The request being parsed is refused: its envelope, after those before it; then the
         connection closes."""
         self._head_by = None
-        if self._body is not None:  # a body that breaks off (a bad chunk): its request ends too
+        parsing, self._parsing = self._parsing, None
+        if any(entry[0] is parsing for entry in self._queue):  # never started: refused whole
+            self._queue = deque(entry for entry in self._queue if entry[0] is not parsing)
+            self._body = None
+        elif self._body is not None:  # a body that breaks off (a bad chunk): its request ends too
             self._body.set_exception(failure)
             self._body = None
             self._closing = True
@@ -540,13 +617,6 @@ _CONTINUE = len(b"HTTP/1.1 100 Continue\r\n\r\n")
 
 #: a request's task until it runs, and after (aiohttp's request holds one)
 _NO_TASK: Any = None
-
-
-def _has_body(message: RawRequestMessage) -> bool:
-    if message.chunked:
-        return True
-    length = message.headers.get("Content-Length")
-    return length is not None and length.strip() not in ("", "0")
 
 
 async def _answered(response: web.StreamResponse) -> web.StreamResponse:

@@ -13,7 +13,7 @@ from aiohttp.http import HttpVersion, HttpVersion10, HttpVersion11, RawRequestMe
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from proxy.edge.rawhead import decoded
+from proxy.edge.server.framing import Framing, Upgrade
 
 #: llhttp's version strings, as aiohttp's version tuples
 VERSIONS = {"1.1": HttpVersion11, "1.0": HttpVersion10}
@@ -35,10 +35,6 @@ UNREADABLE = RawRequestMessage(
 
 class InvalidTarget(ValueError):
     """A request target that is none of RFC 9112's four forms."""
-
-
-class InvalidFraming(ValueError):
-    """A request body whose length cannot be known (RFC 9112 §6.3: a 400)."""
 
 
 def target_url(method: str, target: str) -> URL:
@@ -68,20 +64,27 @@ def message(
     method: str,
     target: str,
     version: HttpVersion,
+    headers: CIMultiDictProxy[str],
     raw: list[tuple[bytes, bytes]],
+    read: Framing,
     *,
     keep_alive: bool,
-    upgrade: bool,
 ) -> RawRequestMessage:
-    """The parsed head as aiohttp's ``RawRequestMessage``. Raises ``InvalidTarget`` and
-    ``InvalidFraming``."""
-    headers = decoded(raw)
-    # every Transfer-Encoding field, as llhttp reads them: chunked when it is the last coding
-    codings = ",".join(headers.getall("Transfer-Encoding", ())).lower()
-    chunked = codings.rpartition(",")[2].strip() == "chunked"
-    if codings and not chunked:  # llhttp says so only after the head is handed over
-        raise InvalidFraming("Transfer-Encoding without chunked last")
+    """The parsed head as aiohttp's ``RawRequestMessage``, its framing as ``framing.py`` read
+    it (an upgrade only when the tunnel relays it). A fragment, which no request target may
+    hold (RFC 9112 §3.2), is dropped, as nginx does. Raises ``InvalidTarget``."""
+    target = target.partition("#")[0]
     url = target_url(method, target)
+    upgrade = read.following is Upgrade.RELAY
     return RawRequestMessage(
-        method, target, version, headers, tuple(raw), not keep_alive, None, upgrade, chunked, url
+        method,
+        target,
+        version,
+        headers,
+        tuple(raw),
+        not keep_alive,
+        None,
+        upgrade,
+        read.chunked,
+        url,
     )

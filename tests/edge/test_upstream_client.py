@@ -364,6 +364,76 @@ async def test_a_body_with_its_length_goes_unchunked() -> None:
     assert body == b"x" * 300_000 + b"y" * 300_000
 
 
+async def test_an_answer_before_the_body_was_sent_is_not_reused() -> None:
+    """An upstream that answers before it has the whole body may read the rest as its next
+    request: that connection is closed, and the next request opens a new one."""
+    more = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await raw.read_head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        await asyncio.sleep(0.2)  # the answer is in before the rest of the body goes
+        more.set()
+        while True:  # (a connection used again would be answered here)
+            await raw.read_head(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+
+    async def slow() -> AsyncIterator[bytes]:
+        yield b"x"
+        await more.wait()
+        yield b"y"
+
+    raw = Raw(serve)
+    async with raw as pool:
+        headers = CIMultiDict([("Host", "h"), ("Content-Length", "2")])
+        response = await get(pool, method="POST", headers=headers, body=slow())
+        await more.wait()
+        await asyncio.sleep(0.05)  # the body is all sent by the time the answer is released
+        assert await whole(response) == b"ok"
+        assert await whole(await get(pool)) == b"ok"
+    assert raw.connections == 2
+
+
+async def test_a_declined_upgrade_is_not_reused() -> None:
+    """A request that asked an upgrade the upstream answered without a 101 leaves its
+    connection in doubt (an origin may already speak the new protocol): it is closed."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await raw.read_head(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+
+    raw = Raw(serve)
+    async with raw as pool:
+        upgrade = CIMultiDict([("Host", "h"), ("Upgrade", "websocket"), ("Connection", "Upgrade")])
+        assert await whole(await get(pool, headers=upgrade)) == b"ok"
+        assert await whole(await get(pool)) == b"ok"
+        assert await whole(await get(pool)) == b"ok"
+    assert raw.connections == 2
+
+
+async def test_a_length_written_with_whitespace_or_zeros_goes_in_its_canonical_form() -> None:
+    """``Content-Length: 003 <TAB>`` (llhttp reads 3) goes upstream as ``Content-Length: 3``."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await raw.read_head(reader)
+        await reader.readexactly(3)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"abc"
+
+    raw = Raw(serve)
+    async with raw as pool:
+        headers = CIMultiDict([("Host", "h"), ("Content-Length", "003 \t")])
+        assert await whole(await get(pool, method="POST", headers=headers, body=body())) == b"ok"
+    assert b"\r\nContent-Length: 3\r\n" in raw.heads[0]
+
+
 # --- misbehaving upstreams --------------------------------------------------------------------
 
 

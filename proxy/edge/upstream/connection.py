@@ -51,14 +51,18 @@ class Connection(asyncio.Protocol):
         self.relay: Sink | None = None
         #: the exchange's: the final head is in (``None``: no exchange, bytes are not expected)
         self.head: asyncio.Future[None] | None = None
-        self.begin("", None)
+        self.begin("", None, upgrade=False)
         self.head = None  # no exchange yet
 
     # --- the exchange -------------------------------------------------------------------------
 
-    def begin(self, method: str, on_interim: Callable[[], None] | None) -> None:
-        """A new request is about to go out on this connection."""
+    def begin(self, method: str, on_interim: Callable[[], None] | None, *, upgrade: bool) -> None:
+        """A new request is about to go out on this connection (``upgrade``: it asks one)."""
         self.method = method
+        self.asked_upgrade = upgrade
+        #: the final head came before the request was all sent: the upstream may not have read
+        #: the rest, and where its next request would start is in doubt
+        self.answered_early = False
         self.on_interim = on_interim
         self.head = self.loop.create_future()
         self.status, self.reason, self.version = 0, b"", "1.1"
@@ -92,11 +96,16 @@ class Connection(asyncio.Protocol):
     @property
     def reusable(self) -> bool:
         """Whether another request may go on this connection: both messages whole, the
-        upstream keeping it open, nothing failed."""
+        upstream keeping it open, nothing failed, and no doubt where the next request would
+        start: not after a declined upgrade, nor after an answer that came before the request
+        was all sent (an upstream that answers before reading a body may read it as the next
+        request)."""
         return (
             self.keep_alive
             and self.body_done
             and self.request_done
+            and not self.answered_early
+            and not self.asked_upgrade
             and self.error is None
             and not self.lost
             and self.transport is not None
@@ -290,6 +299,7 @@ class Connection(asyncio.Protocol):
         self.status = status
         self.version = parser.get_http_version()
         self.head_done = True
+        self.answered_early = not self.request_done
         assert self.head is not None
         if not self.head.done():
             self.head.set_result(None)

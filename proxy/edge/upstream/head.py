@@ -25,9 +25,15 @@ def request_head(
     Header names keep their case and order as given (byte-exact: a non-UTF-8 byte the agent sent,
     held as a surrogate escape, is written back as that byte). Added only when missing: ``Host``
     (first), and the framing: ``Content-Length: 0`` for a bodiless POST, PUT, PATCH or DELETE as
-    aiohttp did, ``Transfer-Encoding: chunked`` for a body of unknown length. ``Expect`` is never
-    sent: mend answered any 100-continue itself.
+    aiohttp did, ``Transfer-Encoding: chunked`` for a body of unknown length; a length the agent
+    wrote with whitespace or leading zeros (``003 ``) goes in its canonical form (``3``).
+    ``Expect`` is never sent: mend answered any 100-continue itself.
     """
+    length = headers.get("Content-Length")
+    if length is not None:  # mend's framing: the length llhttp read, in its canonical form
+        canonical = length.strip(" \t").lstrip("0") or "0"
+        if canonical != length:
+            headers["Content-Length"] = canonical
     lines = [f"{method} {target} HTTP/1.1"]
     if "Host" not in headers:
         lines.append(f"Host: {host}")

@@ -123,7 +123,7 @@ class Pool:
         )
         connection = self._reused() or await self._connect(timeouts.connect)
         timer = _HeadTimer(connection, timeouts.read)
-        connection.begin(method, timer.arm)
+        connection.begin(method, timer.arm, upgrade="Upgrade" in headers)
         connection.read_timeout = timeouts.read
         transport = connection.transport
         assert transport is not None

@@ -98,6 +98,10 @@ class Route(Frozen):
     success_rules: tuple[str, ...] = ()
     #: what agents speak on this route: auto (detected per request), http, jsonrpc, mcp, graphql
     protocol: ProtocolName = ProtocolName.AUTO
+    #: MCP: how a tool's failure that came as a JSON-RPC error (or as no JSON-RPC at all)
+    #: reaches the client: ``result``, an ``isError`` result the model reads (most agent
+    #: frameworks hand the model results, not errors), or ``error``, kept a JSON-RPC error
+    tool_errors: Literal["result", "error"] = "result"
     #: seconds to open a connection to the upstream (Envoy's ``connect_timeout``, 5 s)
     connect_timeout: float = Field(5.0, gt=0)
     #: seconds, once the request is sent, to the response headers (nginx ``proxy_read_timeout``)

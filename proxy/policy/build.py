@@ -25,7 +25,7 @@ from proxy.policy.retry import clamp, retry_after_ms
 from proxy.policy.scrubber import recalled
 from proxy.policy.stated_wait import stated_wait_ms
 from proxy.policy.template import render_value, scrub_value
-from proxy.policy.variables import Lookup, single_line, tool_message, upstream_message
+from proxy.policy.variables import Lookup, operation, single_line, tool_message, upstream_message
 
 __all__ = [
     "DEFAULT_ACTION",
@@ -66,18 +66,6 @@ class BuildOptions:
     retry_after_default_ms: int = 1000
     retry_after_max_ms: int = 3_600_000
     docs_base_url: str = ""
-
-
-def _operation(exchange: Exchange) -> str:
-    """What the agent sent, as a hint names it: an MCP tool call, a JSON-RPC call, a GraphQL
-    request, or the HTTP method and path."""
-    if exchange.tool is not None:
-        return f"the {exchange.tool[:128]} tool call"
-    if exchange.rpc_method is not None:
-        return f"the JSON-RPC call {exchange.rpc_method[:128]}"
-    if exchange.protocol == "graphql":
-        return "the GraphQL request"
-    return f"{exchange.method} {exchange.path}"
 
 
 #: The longest body whose envelope ``build`` remembers (its JSON document is held to
@@ -211,8 +199,8 @@ def _build(
         suggested = constraints.suggest(allowed, primary.received if primary else None)
 
     next_operation = text(compiled.next_operation)
-    operation = _operation(exchange)
-    message = text(compiled.message) or _DEFAULT_MESSAGE[spec.category].format(op=operation)
+    op = operation(exchange)
+    message = text(compiled.message) or _DEFAULT_MESSAGE[spec.category].format(op=op)
     # a fix "as the message says" needs a message that says something: a rule whose message is
     # the upstream's own words (or none) on a response that had none says nothing
     unsaid = (
@@ -232,7 +220,7 @@ def _build(
         retry_after_ms=wait,
     )
     #: what the default hint and steps say
-    said = {"wait": wait, "op": operation, "next": next_operation or _NAMED_OPERATION}
+    said = {"wait": wait, "op": op, "next": next_operation or _NAMED_OPERATION}
     hint = text(compiled.hint)
     if hint is None or _cites(hint, empty):
         hint = (UNSAID_HINT if unsaid else DEFAULT_HINT[action]).format(**said)
@@ -303,7 +291,7 @@ def _resent(
         return f"{hint} {_WARN}", [_WARN, *steps]
     if again is Resend.UNSAFE:
         return check_first(
-            _operation(exchange), tool=exchange.tool is not None, destructive=exchange.destructive
+            operation(exchange), tool=exchange.tool is not None, destructive=exchange.destructive
         )
     return hint, steps
 
@@ -356,6 +344,7 @@ _DEFAULT_MESSAGE: dict[Category, str] = {
     Category.UNSUPPORTED_MEDIA: "The content type sent to {op} is not supported.",
     Category.METHOD_NOT_ALLOWED: "{op} is not allowed on this resource.",
     Category.DEPENDENCY: "A service that {op} depends on failed.",
+    Category.UNCLASSIFIED: "{op} failed.",
 }
 
 

@@ -25,6 +25,7 @@ DEFAULT_ACTION: dict[Category, Action] = {
     Category.UNSUPPORTED_MEDIA: Action.FIX_REQUEST,
     Category.METHOD_NOT_ALLOWED: Action.FIX_REQUEST,
     Category.DEPENDENCY: Action.RETRY,
+    Category.UNCLASSIFIED: Action.FIX_REQUEST,
 }
 
 

@@ -29,6 +29,8 @@ class Category(StrEnum):
     UNSUPPORTED_MEDIA = "unsupported_media"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     DEPENDENCY = "dependency"
+    #: a failure no rule recognised (an MCP tool's own words): what the message says is all
+    UNCLASSIFIED = "unclassified"
 
 
 class Severity(StrEnum):

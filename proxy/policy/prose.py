@@ -51,6 +51,8 @@ _CAUSES: Mapping[Category, str] = {
     Category.UNSUPPORTED_MEDIA: "The request's Content-Type or encoding is not accepted.",
     Category.METHOD_NOT_ALLOWED: "The HTTP method is not allowed on this path.",
     Category.DEPENDENCY: "A service the API depends on failed.",
+    Category.UNCLASSIFIED: "Not one the proxy recognises: the message is the tool's own account "
+    "of what failed, and all that is known.",
 }
 
 
@@ -147,6 +149,10 @@ def _field_step(item: Mapping[str, Any], data: Mapping[str, Any], style: _Style)
     return " ".join(parts)
 
 
+#: a step that sends the request (or calls the tool) again: fixes come before it
+_RESEND = re.compile(r"\b(?:send|call)\b.*\bagain\b", re.IGNORECASE)
+
+
 def _steps(envelope: Envelope, data: Mapping[str, Any], style: _Style) -> list[str]:
     """Numbered recovery steps; values come from ``data`` so they say what the JSON says."""
     # Steps and hint are upstream-derived and may scrub down to nothing; the plan never does.
@@ -163,10 +169,7 @@ def _steps(envelope: Envelope, data: Mapping[str, Any], style: _Style) -> list[s
     if envelope.action is Action.RETRY:
         return steps  # the same request, unchanged: nothing to fix
     fields = data["invalid_fields"]
-    # a field's own step says what the generic "Change /x: reason." said, and more
-    changes = tuple(f"Change {item['field']}:" for item in fields)
-    steps = [step for step in steps if not step.startswith(changes)] if changes else steps
-    steps.extend(_field_step(item, data, style) for item in fields)
+    fixes = [_field_step(item, data, style) for item in fields]
     field, allowed, suggested = data["field"], data["allowed_values"], data["suggested_value"]
     # Whatever the per-field steps did not already say about the main field gets its own step.
     if not any(item["field"] == field for item in data["invalid_fields"]) and (
@@ -178,8 +181,18 @@ def _steps(envelope: Envelope, data: Mapping[str, Any], style: _Style) -> list[s
             parts.append(f"Expected: {style.code(expected)}.")
         if suggested is not None:
             parts.append(f"Suggested value: {style.code(_value(suggested))}.")
-        steps.append(" ".join(parts))
-    return steps
+        fixes.append(" ".join(parts))
+    if not fixes:
+        return steps
+    # the fixes stand where the steps first said to change a field (a field's own step says
+    # what the generic "Change /x: reason." said, and more), else before the step that sends
+    # the request again: a plan fixes first, then sends
+    changes = tuple(f"Change {item['field']}:" for item in fields) or ("\0",)
+    at = next((n for n, step in enumerate(steps) if step.startswith(changes)), None)
+    rest = [step for step in steps if not step.startswith(changes)]
+    if at is None:
+        at = next((n for n, step in enumerate(rest) if _RESEND.search(step)), len(rest))
+    return rest[:at] + fixes + rest[at:]
 
 
 def _what_failed(envelope: Envelope, style: _Style, tool: str | None = None) -> str:

@@ -24,7 +24,7 @@ BUILTINS = frozenset(
     {"status", "upstream_status", "upstream_message", "method", "path", "route", "request_id"}
     | {"protocol", "rpc_method", "tool"}  # proxy/policy/protocols: None on plain HTTP
     # MCP tool errors: the argument the text names, its value, the text without the SDK prefix
-    | {"argument", "argument_value", "tool_message"}
+    | {"argument", "argument_value", "tool_message", "operation"}
 )
 #: Variables mend's own failures add (``runtime/own_failures.py``): only in the ``proxy`` pack.
 OWN_FAILURE_VARS = frozenset({"limit", "wait_ms"})

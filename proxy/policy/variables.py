@@ -33,6 +33,18 @@ def tool_message(exchange: Exchange) -> str | None:
     return single_line(text) if text else None
 
 
+def operation(exchange: Exchange) -> str:
+    """What the agent sent, as a hint names it: an MCP tool call, a JSON-RPC call, a GraphQL
+    request, or the HTTP method and path (the template variable ``operation``)."""
+    if exchange.tool is not None:
+        return f"the {exchange.tool[:128]} tool call"
+    if exchange.rpc_method is not None:
+        return f"the JSON-RPC call {exchange.rpc_method[:128]}"
+    if exchange.protocol == "graphql":
+        return "the GraphQL request"
+    return f"{exchange.method} {exchange.path}"
+
+
 @dataclass(slots=True)
 class Lookup:
     """Resolves template variables for one exchange; computed values are cached."""
@@ -128,6 +140,7 @@ def upstream_message(exchange: Exchange) -> str | None:
 _COMPUTED: dict[str, Callable[[Exchange], Any]] = {
     "upstream_message": upstream_message,
     "tool_message": tool_message,
+    "operation": operation,
     "argument": lambda ex: _argument(ex)[0],
     "argument_value": lambda ex: _argument(ex)[1],
 }

@@ -158,6 +158,8 @@ class Proxy:
         target = upstream_target(request.raw_path, route.prefix, route.strip_prefix)
         # what the agent speaks, from its headers; a JSON body is kept on the side
         call = flow.call = self.detector.call(request, route.protocol)
+        if call is not None and route.tool_errors == "error":
+            call.keep_rpc_errors = True
         intake.check_size(request, settings)
         sent = intake.body(request, settings, call) if request.body_exists else None
         if flow.trace is not None:  # the call names the span; an MCP body may name its parent

@@ -415,7 +415,7 @@ def test_prose_has_recovery_plan(rendering: Rendering, envelope: Envelope) -> No
     ("envelope", "expected"),
     [
         (VALIDATION, "1. Change /qty to a positive integer."),
-        (VALIDATION, "2. Send POST /api/orders again."),
+        (VALIDATION, "4. Send POST /api/orders again."),
         (VALIDATION, "You sent: -1. Expected: minimum 1. Suggested value: 1."),
         (VALIDATION, 'Fix /currency: unknown currency. You sent: "dollars".'),
         (RATE_LIMITED, "1. Wait 1.5 seconds, then send the same request again."),
@@ -458,9 +458,17 @@ def test_text_says_a_field_change_once() -> None:
     generic = ("Change /qty: must be greater than 0.", "Send POST /api/orders again.")
     plan = _plan(_with(VALIDATION, steps=generic))
     assert [step for step in plan if "/qty" in step] == [
-        "2. Fix /qty: must be greater than 0. You sent: -1. Expected: minimum 1. "
+        "1. Fix /qty: must be greater than 0. You sent: -1. Expected: minimum 1. "
         "Suggested value: 1."
     ]
+
+
+def test_text_fixes_every_field_before_it_sends_again() -> None:
+    """The fields' own steps come before the step that sends the request again (the plan said
+    "1. Send the tool call again. 2. Fix /priority ...")."""
+    plan = _plan(_with(VALIDATION, steps=("Send POST /api/orders again.",)))
+    assert plan[-1] == "3. Send POST /api/orders again."
+    assert plan[0].startswith("1. Fix /qty")
 
 
 def test_text_calls_the_next_operation_once() -> None:

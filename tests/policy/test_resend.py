@@ -349,6 +349,15 @@ async def test_request_body_cut_off_on_its_way_may_have_been_applied(
 _MCP = {"MCP-Protocol-Version": "2025-06-18", "Accept": "application/json, text/event-stream"}
 
 
+def _envelope(answer: dict[str, Any]) -> Any:
+    """The envelope of a JSON-RPC answer: a tool call's failure is an ``isError`` result (the
+    tool's failure reaches the model), any other request's a JSON-RPC error."""
+    if "result" in answer:
+        assert answer["result"]["isError"] is True
+        return answer["result"]["_meta"]["mend/error"]
+    return answer["error"]["data"]
+
+
 @pytest.mark.parametrize(
     ("method", "params", "retryable"),
     [
@@ -367,7 +376,7 @@ async def test_mcp_requests_other_than_tool_calls_only_read(
         async with asyncio.timeout(10):
             response = await mend.client.post("/mcp", json=call, headers=_MCP)
             answer = await response.json()
-    error = answer["error"]["data"]
+    error = _envelope(answer)
     assert answer["id"] == 7
     assert (error["applied"], error["retryable"]) == ("unknown", retryable)
     # a JSON-RPC answer (HTTP 200) carries Retry-After too when the envelope is retryable
@@ -435,7 +444,7 @@ async def test_event_stream_reset_before_the_answer_ends_with_one(start_mend: St
     assert response.headers["Content-Type"].startswith("text/event-stream")
     data = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
     answer = json.loads(data[-1])
-    error = answer["error"]["data"]
+    error = _envelope(answer)
     assert answer["id"] == 9
     assert error["code"] == "UPSTREAM_PROTOCOL_ERROR"
     assert (error["applied"], error["retryable"]) == ("unknown", False)

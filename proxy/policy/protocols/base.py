@@ -70,6 +70,8 @@ class Call:
         "decided",
         "ended",
         "hint",
+        "keep_rpc_errors",
+        "mcp_version",
         "method",
         "protocol",
         "query_string",
@@ -90,6 +92,8 @@ class Call:
         hint: Protocol | None = None,
     ) -> None:
         self.method = method
+        #: the request's ``MCP-Protocol-Version`` (empty when it sent none; ``Detector.call``)
+        self.mcp_version = ""
         #: the protocol the request's headers name: it claims a body of its family (any
         #: JSON-RPC body for MCP), but a header alone decides nothing (CONTRACT §6)
         self.hint = hint
@@ -104,6 +108,9 @@ class Call:
         self._document = _UNPARSED
         #: protocol-specific readings of the request (``JsonRpc.request``), by protocol name
         self.readings: dict[str, Any] = {}
+        #: an MCP route's ``tool_errors: error``: a JSON-RPC error answering ``tools/call``
+        #: stays one (by default it reaches the model as an ``isError`` result)
+        self.keep_rpc_errors = False
 
     def feed(self, chunk: bytes) -> None:
         """Keep a copy of what fits of ``chunk``; called as the body streams upstream."""

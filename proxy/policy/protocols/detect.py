@@ -72,15 +72,18 @@ class Detector:
         if protocol is None and not tee:
             return None
         method = request.method
-        return Call(
+        headers = request.headers
+        call = Call(
             method,
             request.query_string if method == "GET" else "",
-            request.headers.get("Accept", ""),
+            headers.get("Accept", ""),
             protocol=protocol,
             tee=bytearray() if tee else None,
             cap=self.tee_bytes,
             hint=hint,
         )
+        call.mcp_version = headers.get("MCP-Protocol-Version", "")
+        return call
 
     def make(
         self,

@@ -307,11 +307,17 @@ class JsonRpc(Protocol):
                 data = dumped[id(envelope)] = envelope.as_dict()
             item = items[unit.slot]
             id_ = answered_id(rpc, item.get("id"))
-            out[unit.slot] = self._rendered(unit, item, envelope, data, id_)
+            out[unit.slot] = self._rendered(call, unit, item, envelope, data, id_)
         return Rendered(dumps(out if batch else out[0]), JSON, self.answer_status(exchange.status))
 
     def _rendered(
-        self, unit: Unit, item: dict[str, Any], envelope: Envelope, data: dict[str, Any], id_: Any
+        self,
+        call: Call,
+        unit: Unit,
+        item: dict[str, Any],
+        envelope: Envelope,
+        data: dict[str, Any],
+        id_: Any,
     ) -> dict[str, Any]:
         if isinstance(unit.kept, dict):  # the protocol's own data members, beside the envelope
             data = {**unit.kept, **data}
@@ -327,9 +333,15 @@ class JsonRpc(Protocol):
         if not answered:
             return Rendered(b"", None, self.notification_answer(status))
         data = envelope.as_dict()  # one dump for a batch of any size
-        items = [error_object(r.id, envelope, data=data) for r in answered]
+        items = [self._whole_item(call, r, envelope, data, status) for r in answered]
         body = dumps(items if rpc.batch else items[0])
         return Rendered(body, JSON, self.answer_status(status))
+
+    def _whole_item(
+        self, call: Call, request: RpcRequest, envelope: Envelope, data: dict[str, Any], status: int
+    ) -> dict[str, Any]:
+        """The answer to one request of a call whose whole answer was an error."""
+        return error_object(request.id, envelope, data=data)
 
 
 #: Codes the MCP specification defines (2026-07-28: -32020 to -32099, allocated from -32020),

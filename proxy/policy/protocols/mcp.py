@@ -14,6 +14,7 @@ DELETE), never for a body that is not JSON-RPC.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from multidict import istr
@@ -23,7 +24,7 @@ from proxy.policy import json_depth
 from proxy.policy.envelope import Envelope
 from proxy.policy.exchange import NOT_JSON, Exchange
 from proxy.policy.protocols.base import Call, Inspection, Protocol, Unit
-from proxy.policy.protocols.jsonrpc import SSE, JsonRpc, RpcRequest, request_key
+from proxy.policy.protocols.jsonrpc import SPEC_CODES, SSE, JsonRpc, RpcRequest, request_key
 from proxy.policy.render import render
 
 if TYPE_CHECKING:  # annotations only: the policy imports no aiohttp
@@ -124,6 +125,13 @@ class Mcp(JsonRpc):
     ) -> Unit | None:
         unit = super()._unit(exchange, slot, item, request)
         if unit is not None:
+            if request is not None and request.method == "tools/call":
+                # a tool's failure as a JSON-RPC error: its message is what the tool said, and
+                # the mcp pack's text rules read it as they read an isError result's text
+                message = item["error"].get("message")
+                if isinstance(message, str):
+                    narrowed = replace(unit.exchange, text=message)
+                    return replace(unit, exchange=narrowed)
             return unit
         result = item.get("result")
         if not isinstance(result, dict) or result.get("isError") is not True:
@@ -142,14 +150,73 @@ class Mcp(JsonRpc):
         return status if status >= 400 else self.notification_status
 
     def _rendered(
-        self, unit: Unit, item: dict[str, Any], envelope: Envelope, data: dict[str, Any], id_: Any
+        self,
+        call: Call,
+        unit: Unit,
+        item: dict[str, Any],
+        envelope: Envelope,
+        data: dict[str, Any],
+        id_: Any,
     ) -> dict[str, Any]:
-        if "error" in item:
-            return super()._rendered(unit, item, envelope, data, id_)
         tool = unit.exchange.tool or ""
+        if "error" in item:
+            if not tool_failure(
+                call, unit.exchange.rpc_method, unit.exchange.status, item["error"]
+            ):
+                return super()._rendered(call, unit, item, envelope, data, id_)
+            result = failed_result(call, envelope, data, tool)
+            return {"jsonrpc": "2.0", "id": id_, "result": result}
         text = render(envelope, Rendering.TEXT, envelope.upstream_status or 200, tool=tool)[0]
         result = rewritten_result(item["result"], text, data, unit.kept)
         return {**item, "id": id_, "result": result}
+
+    def _whole_item(
+        self, call: Call, request: RpcRequest, envelope: Envelope, data: dict[str, Any], status: int
+    ) -> dict[str, Any]:
+        """A ``tools/call`` whose answer was no JSON-RPC at all (an HTML 502, mend's own
+        ``UPSTREAM_UNREACHABLE``) is the tool's failure too; a 4xx stays the transport's."""
+        if not tool_failure(call, request.method, status, None):
+            return super()._whole_item(call, request, envelope, data, status)
+        result = failed_result(call, envelope, data, request.tool or "")
+        return {"jsonrpc": "2.0", "id": request.id, "result": result}
+
+
+#: JSON-RPC codes that are the protocol's own answer to a ``tools/call`` (it could not be read,
+#: or the server has no tools), not the tool's failure: they stay errors (CONTRACT §6)
+PROTOCOL_CODES = frozenset({-32700, -32600, -32601})
+
+
+def tool_failure(call: Call, method: str | None, status: int | None, error: Any) -> bool:
+    """Whether a failure answering ``method`` reaches the model as an ``isError`` result: a
+    ``tools/call`` on a route that does not keep protocol errors (``tool_errors: error``),
+    unless the error is the protocol's own (``PROTOCOL_CODES``, the codes the MCP specification
+    allocates, ``SPEC_CODES``) or the transport's (a 4xx: a session it does not know, a version
+    it does not speak, an authorization challenge)."""
+    if method != "tools/call" or call.keep_rpc_errors:
+        return False
+    if status is not None and 400 <= status < 500:
+        return False
+    code = error.get("code") if isinstance(error, dict) else None
+    return not (isinstance(code, int) and (code in PROTOCOL_CODES or code in SPEC_CODES))
+
+
+#: the first revision whose results must say ``resultType`` (2026-07-28: "complete")
+RESULT_TYPES_FROM = "2026-07-28"
+
+
+def failed_result(
+    call: Call, envelope: Envelope, data: dict[str, Any], tool: str
+) -> dict[str, Any]:
+    """A tool's failure as the result the model reads: the recovery plan as its text, the
+    envelope in ``_meta["mend/error"]`` (CONTRACT §6); ``resultType`` where the revision the
+    call speaks requires one."""
+    text = render(envelope, Rendering.TEXT, envelope.upstream_status or 200, tool=tool)[0]
+    body = text.decode("utf-8") if isinstance(text, bytes) else text
+    result: dict[str, Any] = {"content": [{"type": "text", "text": body}], "isError": True}
+    if call.mcp_version >= RESULT_TYPES_FROM:
+        result["resultType"] = "complete"
+    result["_meta"] = {META_KEY: data}
+    return result
 
 
 def rewritten_result(

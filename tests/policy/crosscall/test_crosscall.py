@@ -234,7 +234,7 @@ def test_state_short_form_and_bad_url() -> None:
 
 def test_patterns_table_names_every_category_once() -> None:
     """The suggestion table is checked on load: an unknown category is an error."""
-    assert len(load_suggestions()) == 14
+    assert len(load_suggestions()) == 15
     with pytest.raises(ValueError, match="unknown categories"):
         load_suggestions("auth: x\nauthz: y\n")
 

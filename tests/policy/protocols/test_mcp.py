@@ -195,24 +195,44 @@ async def test_a_validation_error_names_the_argument_to_fix(
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("json_response", ANSWERS, ids=ANSWER_IDS)
-async def test_http_500_with_a_jsonrpc_error_reaches_the_client_as_an_mcp_error(
+async def test_a_jsonrpc_error_answering_a_tool_call_reaches_the_model_as_a_result(
     start_mend: StartMend, json_response: bool, mode: str
 ) -> None:
-    """An HTTP 500 carrying a JSON-RPC error (the SDK client reads no 5xx body) arrives as a
-    JSON-RPC error the client raises as MCPError: the upstream's code, the plan in the message."""
+    """An HTTP 500 carrying a JSON-RPC error for ``tools/call`` (the SDK client raises it;
+    openai-agents, llama-index and langchain-mcp-adapters hand the model no word of it) is an
+    ``isError`` result: the plan as its text, the envelope in ``_meta``, nothing planted."""
     async with serving(mcp_server(), json_response=json_response) as upstream:
         mend = await start_mend(upstream)
         async with session(through(mend), mode) as client:
+            result = await client.call_tool("crash", {})
+            after = await client.call_tool("create_issue", {"title": "ok", "priority": 2})
+    assert result.is_error is True
+    envelope = (result.meta or {})["mend/error"]
+    assert envelope["upstream_status"] == 500
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert envelope["hint"] in text
+    assert "crash" in text  # the tool, not the transport's POST /mcp
+    no_leak(result.model_dump())
+    assert after.is_error is False  # the session goes on
+
+
+@pytest.mark.parametrize("json_response", ANSWERS, ids=ANSWER_IDS)
+async def test_a_route_can_keep_a_tool_calls_jsonrpc_error_an_error(
+    start_mend: StartMend, json_response: bool
+) -> None:
+    """``tool_errors: error``: the same failure stays the JSON-RPC error the client raises as
+    MCPError, with the upstream's code and the plan in its message."""
+    async with serving(mcp_server(), json_response=json_response) as upstream:
+        mend = await start_mend(upstream, route={"tool_errors": "error"})
+        async with session(through(mend)) as client:
             with pytest.raises(MCPError) as raised:
                 await client.call_tool("crash", {})
-            after = await client.call_tool("create_issue", {"title": "ok", "priority": 2})
     error = raised.value.error
     data = dict(error.data or {})
     assert error.code == -32603
     assert data["upstream_status"] == 500
     assert data["hint"] in error.message
     no_leak(error.model_dump())
-    assert after.is_error is False  # the session goes on
 
 
 @pytest.mark.parametrize("mode", MODES)

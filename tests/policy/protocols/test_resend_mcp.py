@@ -5,8 +5,8 @@ The server is a real ``MCPServer`` app under uvicorn (stateless; JSON or SSE ans
 small ASGI layer that never answers a ``tools/call`` (the tool hangs as far as anyone can tell);
 the client is a real ``Client`` through mend, in the SDK's ``auto`` mode (``server/discover``:
 revision 2026-07-28) and its ``legacy`` mode (the ``initialize`` handshake), as
-``tests/policy/protocols/test_mcp.py`` runs it. A hung call's envelope is the ``data`` of the
-JSON-RPC error the client raises as ``MCPError``.
+``tests/policy/protocols/test_mcp.py`` runs it. A hung call is the tool's failure: an
+``isError`` result whose text is the plan, its envelope in ``_meta["mend/error"]``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from mcp import Client, MCPError
+from mcp import Client
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
@@ -107,19 +107,20 @@ async def connected(mend: Mend, mode: str) -> AsyncIterator[Client]:
 async def _envelope(
     client: Client, tool: str, arguments: dict[str, Any], *, progress: bool = False
 ) -> dict[str, Any]:
-    """The envelope mend answered a hung ``tools/call`` with (the JSON-RPC error's ``data``);
+    """The envelope mend answered a hung ``tools/call`` with (the ``isError`` result's);
     ``progress``: the call asks for progress notifications."""
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         pass
 
-    with pytest.raises(MCPError) as raised:
-        async with asyncio.timeout(10):
-            await client.call_tool(
-                tool, arguments, progress_callback=on_progress if progress else None
-            )
-    data = raised.value.error.data
-    assert isinstance(data, dict), repr(raised.value)
+    async with asyncio.timeout(10):
+        result = await client.call_tool(
+            tool, arguments, progress_callback=on_progress if progress else None
+        )
+    assert result.is_error is True
+    data = (result.meta or {})["mend/error"]
+    assert isinstance(data, dict), repr(result)
+    assert data["hint"] in result.content[0].text  # type: ignore[union-attr]
     return data
 
 

@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.upstream import nginx_path
-from tests.hostile.procs import ROOT, free_port, wait_port
+from tests.hostile.procs import ROOT, free_port, raw_server, wait_port
 
 HERE = Path(__file__).resolve().parent
 
@@ -179,14 +178,10 @@ class Tap:
         finally:
             writer.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         stream = bytearray()
         self.streams.append(stream)
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
-        except OSError:
-            writer.close()
-            return
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
         await asyncio.gather(
             self._pipe(reader, up_writer, stream), self._pipe(up_reader, writer, None)
         )
@@ -194,28 +189,8 @@ class Tap:
 
 @contextmanager
 def tap(target: int) -> Iterator[Tap]:
-    """A ``Tap`` to the origin on ``target``, served from a thread of its own."""
+    """A ``Tap`` to the origin on ``target``, served from a thread of its own (``raw_server``)."""
     state = Tap(target)
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-
-    async def start() -> asyncio.Server:
-        server = await asyncio.start_server(state._serve, "127.0.0.1", 0)
-        state.port = server.sockets[0].getsockname()[1]
-        return server
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        server = loop.run_until_complete(start())
-        ready.set()
-        loop.run_forever()
-        server.close()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    ready.wait(10)
-    try:
+    with raw_server(state.serve) as server:
+        state.port = server.port
         yield state
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)

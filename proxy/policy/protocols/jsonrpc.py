@@ -245,9 +245,12 @@ class JsonRpc(Protocol):
     ) -> Unit | None:
         if not isinstance(item.get("error"), dict):
             return None
-        text = dumps(item).decode("utf-8", "replace")
-        narrowed = self._narrowed(exchange, item, text, request)
+        narrowed = self._narrowed(exchange, item, self._error_text(item, request), request)
         return Unit(narrowed, slot, request_key(request), source=protocol_data(item["error"]))
+
+    def _error_text(self, item: dict[str, Any], request: RpcRequest | None) -> str:
+        """The text body regexes read of an error response: the whole object, as JSON."""
+        return dumps(item).decode("utf-8", "replace")
 
     def scrubbed(self, unit: Unit, scrub: Callable[[str], str]) -> Unit:
         """What programs read of the upstream's own error is kept, every string redacted as

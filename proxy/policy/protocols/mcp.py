@@ -14,7 +14,6 @@ DELETE), never for a body that is not JSON-RPC.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from multidict import istr
@@ -125,13 +124,6 @@ class Mcp(JsonRpc):
     ) -> Unit | None:
         unit = super()._unit(exchange, slot, item, request)
         if unit is not None:
-            if request is not None and request.method == "tools/call":
-                # a tool's failure as a JSON-RPC error: its message is what the tool said, and
-                # the mcp pack's text rules read it as they read an isError result's text
-                message = item["error"].get("message")
-                if isinstance(message, str):
-                    narrowed = replace(unit.exchange, text=message)
-                    return replace(unit, exchange=narrowed)
             return unit
         result = item.get("result")
         if not isinstance(result, dict) or result.get("isError") is not True:
@@ -143,6 +135,14 @@ class Mcp(JsonRpc):
         narrowed.rpc_method = "tools/call"
         key = request_key(request)
         return Unit(narrowed, slot, key, source=result.get("structuredContent"))
+
+    def _error_text(self, item: dict[str, Any], request: RpcRequest | None) -> str:
+        """A tool's failure as a JSON-RPC error: its message is what the tool said, read by the
+        mcp pack's text rules as an ``isError`` result's text is."""
+        message = item["error"].get("message")
+        if request is not None and request.method == "tools/call" and isinstance(message, str):
+            return message
+        return super()._error_text(item, request)
 
     def notification_answer(self, status: int) -> int:
         """Streamable HTTP: a notification the server could not accept gets an HTTP error
@@ -211,12 +211,8 @@ def failed_result(
     envelope in ``_meta["mend/error"]`` (CONTRACT §6); ``resultType`` where the revision the
     call speaks requires one."""
     text = render(envelope, Rendering.TEXT, envelope.upstream_status or 200, tool=tool)[0]
-    body = text.decode("utf-8") if isinstance(text, bytes) else text
-    result: dict[str, Any] = {"content": [{"type": "text", "text": body}], "isError": True}
-    if call.mcp_version >= RESULT_TYPES_FROM:
-        result["resultType"] = "complete"
-    result["_meta"] = {META_KEY: data}
-    return result
+    sent = {"resultType": "complete"} if call.mcp_version >= RESULT_TYPES_FROM else {}
+    return rewritten_result(sent, text, data, None)
 
 
 def rewritten_result(

@@ -280,15 +280,15 @@ async def _progress_arrivals(url: str) -> list[float]:
 async def test_progress_notifications_stream_through_with_their_spacing(
     start_mend: StartMend,
 ) -> None:
-    """30 progress notifications on an SSE answer arrive one by one through mend, spaced as
-    they arrive direct (the spans compared as a ratio), never held for the final result."""
+    """30 progress notifications on an SSE answer arrive one by one through mend, spread over
+    the time the tool takes to send them, never held for the final result (only lower bounds:
+    a loaded machine can slow them, but nothing can make a held burst look spread)."""
     async with serving(mcp_server(), json_response=False) as upstream:
         mend = await start_mend(upstream)
         direct = await _progress_arrivals(f"{upstream}/mcp")
         proxied = await _progress_arrivals(through(mend))
     assert len(direct) == len(proxied) == PROGRESS_STEPS
-    span_direct, span_proxied = direct[-1] - direct[0], proxied[-1] - proxied[0]
-    assert 0.7 < span_proxied / span_direct < 1.4
+    assert proxied[-1] - proxied[0] > 0.5 * PROGRESS_STEPS * PROGRESS_GAP_S
     gaps = [b - a for a, b in itertools.pairwise(proxied)]
     assert sorted(gaps)[len(gaps) // 2] > PROGRESS_GAP_S * 0.5  # not delivered in one burst
 
@@ -326,13 +326,24 @@ def sdk1() -> Path:
     return sdk1_site()
 
 
-async def _connect_and_fail(url: str, mode: str) -> tuple[float, str, dict[str, Any]]:
-    """Seconds to connect, the revision agreed, and a failing tool call's result."""
-    started = time.monotonic()
+async def _connect_and_fail(url: str, mode: str) -> tuple[str, dict[str, Any]]:
+    """The revision agreed, and a failing tool call's result."""
     async with session(url, mode) as client:
-        connected = time.monotonic() - started
         result = await client.call_tool("create_issue", {"title": "explode", "priority": 1})
-        return connected, client.protocol_version, result.model_dump(by_alias=True)
+        return client.protocol_version, result.model_dump(by_alias=True)
+
+
+DISCOVER = {"jsonrpc": "2.0", "id": 7, "method": "server/discover", "params": {}}
+
+
+async def _discover(url: str) -> tuple[int, Any, int]:
+    """A bare ``server/discover`` probe: the HTTP status, the answer's id, its error code."""
+    headers = {"Accept": "application/json, text/event-stream"}
+    async with httpx.AsyncClient(timeout=10) as client:
+        answer = await client.post(url, json=DISCOVER, headers=headers)
+    text = answer.text
+    body = json.loads(text[text.index("{") :] if "data:" in text else text)
+    return answer.status_code, body.get("id"), body["error"]["code"]
 
 
 async def _succeed(url: str, mode: str) -> dict[str, Any]:
@@ -341,20 +352,35 @@ async def _succeed(url: str, mode: str) -> dict[str, Any]:
         return result.model_dump(by_alias=True)
 
 
-@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("json_response", ANSWERS, ids=ANSWER_IDS)
-async def test_an_sdk1_server_connects_through_mend_as_fast_as_direct(
-    start_mend: StartMend, sdk1: Path, json_response: bool, mode: str
+async def test_an_sdk1_servers_discover_refusal_keeps_its_status_and_id(
+    start_mend: StartMend, sdk1: Path, json_response: bool
 ) -> None:
-    """An SDK 2.x client on an SDK 1.x server (which answers server/discover with a 400):
-    connecting through mend agrees the same revision about as fast as direct, and a tool's
-    failure arrives as an isError result carrying the plan."""
+    """An SDK 1.x server answers 2.x's ``server/discover`` probe with a 400 JSON-RPC error:
+    through mend it is the same 400 with the same code, answered to the request's own id (1.x
+    answers a stand-in ``"server-error"``), so the client falls back to ``initialize`` at once
+    (issue 24: a 200 with the stand-in id made the SDK wait 10 s for an answer)."""
     async with sdk1_server(sdk1, json_response=json_response) as upstream:
         mend = await start_mend(upstream)
-        direct_s, version, direct = await _connect_and_fail(f"{upstream}/mcp", mode)
-        proxied_s, proxied_version, proxied = await _connect_and_fail(through(mend), mode)
+        direct = await _discover(f"{upstream}/mcp")
+        proxied = await _discover(through(mend))
+    assert direct[0] == proxied[0] == 400
+    assert direct[2] == proxied[2] == -32600
+    assert proxied[1] == DISCOVER["id"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("json_response", ANSWERS, ids=ANSWER_IDS)
+async def test_an_sdk1_server_agrees_a_revision_and_fails_a_tool_as_a_result(
+    start_mend: StartMend, sdk1: Path, json_response: bool, mode: str
+) -> None:
+    """An SDK 2.x client on an SDK 1.x server: through mend it agrees the same revision as
+    direct, and a tool's failure arrives as an isError result carrying the plan."""
+    async with sdk1_server(sdk1, json_response=json_response) as upstream:
+        mend = await start_mend(upstream)
+        version, direct = await _connect_and_fail(f"{upstream}/mcp", mode)
+        proxied_version, proxied = await _connect_and_fail(through(mend), mode)
     assert proxied_version == version == "2025-11-25"
-    assert proxied_s < max(2 * direct_s, direct_s + 0.5), (proxied_s, direct_s)
     assert direct["isError"] is proxied["isError"] is True
     assert proxied["_meta"]["mend/error"]["code"] == "TOOL_FAILED"
 

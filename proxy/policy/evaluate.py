@@ -113,11 +113,12 @@ def answer(
                 # carry the last envelope built (their own ids, paths and locations kept)
                 outcomes.append((unit, evaluations[-1].envelope))
                 continue
-            match = ruleset.match_unit(unit.exchange)
-            if match is None:
+            found = unit_match(ruleset, unit)
+            if found is None:
                 continue
-            evaluation = rewrite(match, unit.exchange, redactor, options)
-            kept = protocol.scrubbed(unit, scrubber(redactor, unit.exchange, evaluation.redactions))
+            read, unit_rule = found
+            evaluation = rewrite(unit_rule, read, redactor, options)
+            kept = protocol.scrubbed(unit, scrubber(redactor, read, evaluation.redactions))
             evaluation.envelope = protocol.adjust(kept, evaluation.envelope)
             outcomes.append((kept, evaluation.envelope))
             evaluations.append(evaluation)
@@ -134,6 +135,25 @@ def answer(
     evaluation = rewrite(match, exchange, redactor, options)
     rendered = protocol.render_whole(call, evaluation.envelope, exchange.status or 502)
     return Answer(rendered, [evaluation], protocol)
+
+
+def unit_match(ruleset: RuleSet, unit: Unit) -> tuple[Exchange, Match] | None:
+    """The rule one error unit matches, and the exchange it was read as.
+
+    An API answer the unit reports (``Unit.reported``: a tool wrapping a REST call) is read as if
+    that API had answered mend: first when a rule knows it, or when the words quote it (its
+    body, a header: its status's fallback reads them); else the words, when a rule knows them;
+    else the answer's status; else the words' fallback, which keeps them."""
+    reported = unit.reported
+    behind = ruleset.match_unit(reported) if reported is not None else None
+    if reported is not None and behind is not None and (unit.quotes or not behind.rule.is_fallback):
+        return reported, behind
+    own = ruleset.match_unit(unit.exchange)
+    if own is not None and (behind is None or not own.rule.is_fallback):
+        return unit.exchange, own
+    if reported is not None and behind is not None:
+        return reported, behind
+    return None
 
 
 def answer_exchange(

@@ -160,6 +160,12 @@ class Unit:
     source: Any = None
     #: ``source`` redacted as the envelope is (``Protocol.scrubbed``): what ``render`` keeps
     kept: Any = None
+    #: the HTTP answer of an API behind the unit, as the unit's words report it (an MCP tool
+    #: wrapping a REST call: ``protocols/wrapped.py``), for the rules to read before the words
+    reported: Exchange | None = None
+    #: the words quote that answer (its body or headers), not only its status: then what a rule
+    #: makes of the answer's status alone is worth more than what one makes of the words
+    quotes: bool = False
 
 
 @dataclass(frozen=True, slots=True)

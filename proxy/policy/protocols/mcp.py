@@ -14,6 +14,7 @@ DELETE), never for a body that is not JSON-RPC.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from multidict import istr
@@ -22,6 +23,7 @@ from proxy.config.choices import ProtocolName, Rendering
 from proxy.policy import json_depth
 from proxy.policy.envelope import Envelope
 from proxy.policy.exchange import NOT_JSON, Exchange
+from proxy.policy.protocols import wrapped
 from proxy.policy.protocols.base import Call, Inspection, Protocol, Unit
 from proxy.policy.protocols.jsonrpc import SPEC_CODES, SSE, JsonRpc, RpcRequest, request_key
 from proxy.policy.render import render
@@ -123,8 +125,23 @@ class Mcp(JsonRpc):
         self, exchange: Exchange, slot: int, item: dict[str, Any], request: RpcRequest | None
     ) -> Unit | None:
         unit = super()._unit(exchange, slot, item, request)
-        if unit is not None:
+        if unit is None:
+            unit = self._result_unit(exchange, slot, item, request)
+        if unit is None or unit.exchange.rpc_method != "tools/call":
             return unit
+        if exchange.status is not None and 400 <= exchange.status < 500:
+            return unit  # the transport's own answer (a session, a version), not the tool's
+        structured = unit.source if "result" in item else None
+        answer = wrapped.reported(unit.exchange.text, structured)
+        if answer is None:
+            return unit
+        reported = wrapped.backend_exchange(unit.exchange, answer)
+        return replace(unit, reported=reported, quotes=answer.quotes)
+
+    def _result_unit(
+        self, exchange: Exchange, slot: int, item: dict[str, Any], request: RpcRequest | None
+    ) -> Unit | None:
+        """A ``tools/call`` result with ``isError``: its text read as the body."""
         result = item.get("result")
         if not isinstance(result, dict) or result.get("isError") is not True:
             return None  # a successful result is never touched

@@ -21,16 +21,23 @@ _EXCHANGE_VARIABLES = frozenset(
 
 #: The SDKs' prefix on a tool's own error text ("Error executing tool NAME: ").
 _TOOL_PREFIX = "Error executing tool "
+#: Characters of a tool's text a template reads (``tool_message``).
+TOOL_MESSAGE_MAX = 2000
 
 
 def tool_message(exchange: Exchange) -> str | None:
-    """An MCP tool's error text without the SDK's "Error executing tool NAME: " prefix, on one
-    line; ``None`` when it is empty."""
+    """An MCP tool's error text without the SDK's "Error executing tool NAME: " prefix; ``None``
+    when it is empty. Its lines stay lines (each on one line, at most ``TOOL_MESSAGE_MAX`` in
+    all): redaction drops a traceback's lines whole and cuts at a line's end, where one line
+    would lose the clause before the trace ("could not write to ..."); the envelope's text is
+    one line once scrubbed (``build``)."""
     text = exchange.text.strip()
     if text.startswith(_TOOL_PREFIX):
         _, sep, rest = text.partition(": ")
         text = rest.strip() if sep else ""
-    return single_line(text) if text else None
+    lines = (" ".join(line.split()) for line in text[: TOOL_MESSAGE_MAX * 2].splitlines())
+    kept = "\n".join(line for line in lines if line)
+    return shortened(kept, TOOL_MESSAGE_MAX, tidy=True) if kept else None
 
 
 def operation(exchange: Exchange) -> str:

@@ -11,6 +11,8 @@ import difflib
 import re
 from typing import Any
 
+from proxy.policy.regex import linear
+
 _NUM = r"(-?\d+(?:\.\d+)?)"
 #: A number of characters, items or digits is a length, not a value bound.
 _UNIT = r"(?!\d|\.\d|\s*(?:char|item|element|byte|digit|decimal|place|letter|entr|word|file|value))"
@@ -163,6 +165,10 @@ def _from_reason(reason: str) -> dict[str, Any] | None:
     return None
 
 
+#: A reason that says the value is an integer.
+_INTEGER = linear(r"(?i)\b(?:integers?|whole numbers?|int(?:32|64)?)\b")
+
+
 def from_context(ctx: Any) -> dict[str, Any] | None:
     """Allowed values from a structured context (pydantic's ``ctx``: ``{"gt": 0}``)."""
     if not isinstance(ctx, dict):
@@ -177,32 +183,55 @@ def from_context(ctx: Any) -> dict[str, Any] | None:
     return out or None
 
 
-def normalise(allowed: dict[str, Any], received: Any = None) -> dict[str, Any]:
-    """Prefer inclusive bounds for integers: ``> 0`` becomes ``minimum: 1``, as agents expect."""
+def normalise(allowed: dict[str, Any], reason: str = "") -> dict[str, Any]:
+    """Inclusive bounds for what the upstream says is an integer: ``> 0`` of "a positive
+    integer" becomes ``minimum: 1``, as agents expect. Of anything else it stays
+    ``exclusiveMinimum: 0``: pydantic says "greater than 0" of a float as of an int, a model
+    writes ``-5`` for either, and ``minimum: 1`` would claim the field is an integer (``suggest``
+    still offers 1 for an integer sent)."""
     out = dict(allowed)
-    integral = isinstance(received, int) or received is None
+    if _INTEGER.search(reason) is None:
+        return out
     for exclusive, inclusive, step in (
         ("exclusiveMinimum", "minimum", 1),
         ("exclusiveMaximum", "maximum", -1),
     ):
         bound = out.get(exclusive)
-        if isinstance(bound, int) and integral and inclusive not in out:
+        if isinstance(bound, int) and not isinstance(bound, bool) and inclusive not in out:
             out[inclusive] = bound + step
             del out[exclusive]
     return out
 
 
 def suggest(allowed: dict[str, Any] | None, received: Any = None) -> Any:
-    """A value inside ``allowed``, as close to what was sent as the constraint lets us say."""
+    """A value inside ``allowed``, as close to what was sent as the constraint lets us say: an
+    exclusive bound is stepped over for an integer sent (``> 0``: 1), and no number is offered
+    for one that is not (any step would be a guess)."""
     if not allowed:
         return None
     enum = allowed.get("enum")
     if isinstance(enum, list) and enum:
         return _nearest_member(enum, received)
-    low, high = allowed.get("minimum"), allowed.get("maximum")
+    integral = isinstance(received, int) and not isinstance(received, bool)
+    low = _bound(allowed, "minimum", "exclusiveMinimum", 1, integral)
+    high = _bound(allowed, "maximum", "exclusiveMaximum", -1, integral)
     if isinstance(received, (int, float)) and not isinstance(received, bool):
+        if (low is None and "exclusiveMinimum" in allowed) or (
+            high is None and "exclusiveMaximum" in allowed
+        ):
+            return None  # a float past an exclusive bound: any step over it would be a guess
         return _clamped(received, low, high)
     return next((bound for bound in (low, high) if isinstance(bound, (int, float))), None)
+
+
+def _bound(allowed: dict[str, Any], inclusive: str, exclusive: str, step: int, integral: bool) -> Any:
+    """The inclusive bound, or the exclusive one stepped over when integers are in play."""
+    if inclusive in allowed:
+        return allowed[inclusive]
+    bound = allowed.get(exclusive)
+    if isinstance(bound, int) and not isinstance(bound, bool) and integral:
+        return bound + step
+    return None
 
 
 def _nearest_member(enum: list[Any], received: Any) -> Any:

@@ -32,7 +32,7 @@ def _invalid_field(
     reason_text = single_line(scrub(str(reason)), 300) if reason else "is invalid"
     allowed = constraints.from_context(context) or constraints.from_reason(reason_text)
     if allowed:
-        allowed = constraints.normalise(allowed, received)
+        allowed = constraints.normalise(allowed, reason_text)
     elif context is not None and not isinstance(context, dict):
         allowed = context  # a rule that names the allowed values directly
     return made(

@@ -87,16 +87,33 @@ def test_context(context: Any, allowed: dict[str, Any] | None) -> None:
 
 
 @pytest.mark.parametrize(
-    ("allowed", "received", "normalised"),
+    ("allowed", "reason", "normalised"),
     [
-        ({"exclusiveMinimum": 0}, -1, {"minimum": 1}),
-        ({"exclusiveMaximum": 100}, None, {"maximum": 99}),
-        ({"exclusiveMinimum": 0}, 0.5, {"exclusiveMinimum": 0}),
+        ({"exclusiveMinimum": 0}, "must be a positive integer", {"minimum": 1}),
+        ({"exclusiveMaximum": 100}, "an int64 below 100", {"maximum": 99}),
+        ({"exclusiveMinimum": 0}, "Input should be greater than 0", {"exclusiveMinimum": 0}),
     ],
 )
-def test_normalise(allowed: dict[str, Any], received: Any, normalised: dict[str, Any]) -> None:
-    """Exclusive integer bounds become inclusive ones unless a float was sent."""
-    assert normalise(allowed, received) == normalised
+def test_normalise(allowed: dict[str, Any], reason: str, normalised: dict[str, Any]) -> None:
+    """Exclusive bounds become inclusive ones only of what the reason calls an integer."""
+    assert normalise(allowed, reason) == normalised
+
+
+@pytest.mark.parametrize(
+    ("allowed", "received", "suggested"),
+    [
+        ({"exclusiveMinimum": 0}, -5, 1),
+        ({"exclusiveMinimum": 0}, -0.5, None),
+        ({"exclusiveMaximum": 10}, 12, 9),
+        ({"minimum": 3}, 1, 3),
+    ],
+)
+def test_suggest_steps_over_an_exclusive_bound_only_for_an_integer(
+    allowed: dict[str, Any], received: Any, suggested: Any
+) -> None:
+    """``> 0`` suggests 1 for an integer sent, and no number for a float (any step guesses)."""
+    assert suggest(allowed, received) == suggested
+
 
 
 @pytest.mark.parametrize(

@@ -234,7 +234,8 @@ class JsonRpc(Protocol):
         rpc = self.request(call)
         units = []
         for slot, item in enumerate(found[0]):
-            request = rpc.find(item.get("id")) if rpc is not None else None
+            # a transport error's stand-in id ("server-error", null) answers the one request
+            request = rpc.find(answered_id(rpc, item.get("id"))) if rpc is not None else None
             unit = self._unit(exchange, slot, item, request)
             if unit is not None:
                 units.append(unit)

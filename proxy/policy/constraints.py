@@ -224,7 +224,9 @@ def suggest(allowed: dict[str, Any] | None, received: Any = None) -> Any:
     return next((bound for bound in (low, high) if isinstance(bound, (int, float))), None)
 
 
-def _bound(allowed: dict[str, Any], inclusive: str, exclusive: str, step: int, integral: bool) -> Any:
+def _bound(
+    allowed: dict[str, Any], inclusive: str, exclusive: str, step: int, integral: bool
+) -> Any:
     """The inclusive bound, or the exclusive one stepped over when integers are in play."""
     if inclusive in allowed:
         return allowed[inclusive]

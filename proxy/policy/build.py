@@ -87,13 +87,15 @@ def _retry(
 ) -> _Retry:
     action = compiled.action
     retryable = action is Action.RETRY
-    # sent, no usable answer: the method (or the tool) decides whether a retry is safe
+    # sent, no usable answer (or one saying the effect is unknown): the method or the tool
+    # decides whether a retry is safe
+    unknown = exchange.applied == "unknown" or compiled.spec.applied == "unknown"
     again = (
         resend(exchange.method, exchange.request_headers, exchange.retry_safe)
-        if retryable and (exchange.applied == "unknown" or exchange.status in _AMBIGUOUS_STATUSES)
+        if retryable and (unknown or exchange.status in _AMBIGUOUS_STATUSES)
         else Resend.SAFE
     )
-    if again is Resend.UNSAFE and exchange.applied == "unknown":
+    if again is Resend.UNSAFE and unknown:
         action, retryable = Action.ESCALATE, False
     wait = (
         _wait(render_value(compiled.retry_after_ms, lookup, scrub), exchange, options)

@@ -227,6 +227,10 @@ class EnvelopeSpec(_Model):
     #: keep the upstream's small structured detail as ``upstream_detail``
     #: (proxy/policy/upstream_detail.py)
     upstream_detail: bool = False
+    #: ``unknown``: the answer says the call may have taken effect (a tool's backend timed out
+    #: or reset mid-call), so a retry follows CONTRACT §1's idempotency rules, as for mend's own
+    #: timeouts: safe for idempotent methods and tools annotated idempotent or read-only
+    applied: Literal["unknown"] | None = None
 
     @model_validator(mode="before")
     @classmethod

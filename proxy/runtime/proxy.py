@@ -273,7 +273,11 @@ class Proxy:
         call = flow.call
         if call is None and route.protocol is not ProtocolName.HTTP and upstream.status >= 400:
             call = flow.call = bare_call(self.detector, flow.request)  # an error may say what
-        if exchange.status in (502, 504):  # a gateway's: the request may have taken effect
+        tool = call.protocol.describe(call).get("tool") if call and call.protocol else None
+        if tool is not None or exchange.status in (502, 504):
+            # a gateway's answer may have taken effect, and so may a tool's failure that says
+            # so (a rule's ``applied: unknown``): the tool's annotations or the method decide
+            exchange.tool = tool
             judge(self.retry_safety, flow, exchange, with_call=False)
         redactor, options = flow.redactor(), flow.options()
         answered = answer_exchange(ruleset, exchange, call, self.detector, redactor, options)

@@ -29,6 +29,9 @@ class RequestSpec(CaseModel):
     #: the request body, for a protocol to read (a JSON-RPC id, a GraphQL query): one of these
     json_: Any = Field(default=None, alias="json")
     body: str | None = None
+    #: what the route's ``retry_safe:`` or an MCP tool's annotations (read-only, idempotent) say
+    #: of sending the request again when it may have taken effect; ``None``: its method decides
+    retry_safe: bool | None = None
 
     def raw_body(self) -> bytes | None:
         if "json_" in self.model_fields_set:

@@ -136,7 +136,7 @@ def replay(
 
 def exchange_for(request: RequestSpec, response: ResponseSpec) -> Exchange:
     body, headers = response.raw()
-    return recorded_exchange(
+    exchange = recorded_exchange(
         status=response.status,
         body=body,
         headers=headers,
@@ -144,6 +144,8 @@ def exchange_for(request: RequestSpec, response: ResponseSpec) -> Exchange:
         path=request.path,
         request_headers=request.headers,
     )
+    exchange.retry_safe = request.retry_safe
+    return exchange
 
 
 def answered_document(answered: Answer | None) -> Any:

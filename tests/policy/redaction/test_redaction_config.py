@@ -235,7 +235,7 @@ cases:
       status: 409
       json: {message: "Order 42 is locked by ledger-7.int.acme.io (db-1.internal)"}
     expect:
-      code: CONFLICT
+      code: INVALID_STATE
       masked: [ledger-7, db-1]
       kept: [Order 42 is locked]
       log_masked: [ledger-7]

@@ -256,7 +256,7 @@ def _build(
             "request_id": exchange.request_id,
             "upstream_status": exchange.status,
             "rule": compiled.rule,
-            "applied": exchange.applied,
+            "applied": exchange.applied or spec.applied,
         },
     )
 

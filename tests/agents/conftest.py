@@ -1,5 +1,6 @@
 """The agent matrix's servers (started once per run), its readings, and its record at the end:
-a JSON file under the run's temporary directory and a summary table."""
+a JSON file under the run's temporary directory and a summary table; the same for the REST
+function-tool matrix (``tests/agents/rest_tools.py``)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from collections.abc import Iterator
 import pytest
 
 from tests.agents.harness import Matrix, load_cases, running_servers, summary
+from tests.agents.rest_tools import RestMatrix, load_rest_cases, running_rest_app
 
 #: the run's matrix, for the summary at the end
 MATRIX = pytest.StashKey[Matrix]()
 RECORD = pytest.StashKey[str]()
+REST_MATRIX = pytest.StashKey[RestMatrix]()
+REST_RECORD = pytest.StashKey[str]()
 
 
 @pytest.fixture(scope="session")
@@ -32,14 +36,50 @@ def matrix(
     pytestconfig.stash[RECORD] = str(record)
 
 
+@pytest.fixture(scope="session")
+def rest_matrix(
+    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RestMatrix]:
+    """The REST app, and the readings each framework's model got from its function tools on
+    it, taken on first need; recorded to ``rest-tools/matrix.json`` under the run's temporary
+    directory."""
+    logs = tmp_path_factory.mktemp("rest-tools")
+    cases, leaks = load_rest_cases()
+    with running_rest_app(logs) as app:
+        taken = RestMatrix(app.url, logs, cases, leaks)
+        pytestconfig.stash[REST_MATRIX] = taken
+        yield taken
+    record = logs / "matrix.json"
+    record.write_text(json.dumps(taken.record(), indent=2, ensure_ascii=False), encoding="utf-8")
+    pytestconfig.stash[REST_RECORD] = str(record)
+
+
+def _section(
+    terminalreporter: pytest.TerminalReporter,
+    title: str,
+    taken: Matrix | RestMatrix | None,
+    record: str | None,
+) -> None:
+    if taken is None or not taken.readings:
+        return
+    terminalreporter.section(title)
+    terminalreporter.write_line(summary(taken.record()))
+    if record:
+        terminalreporter.write_line(f"matrix: {record}")
+
+
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
-    taken = config.stash.get(MATRIX, None)
-    if taken is None or not taken.readings:
-        return
-    terminalreporter.section("what the model reads, direct and through mend")
-    terminalreporter.write_line(summary(taken.record()))
-    record = config.stash.get(RECORD, None)
-    if record:
-        terminalreporter.write_line(f"matrix: {record}")
+    _section(
+        terminalreporter,
+        "what the model reads, direct and through mend",
+        config.stash.get(MATRIX, None),
+        config.stash.get(RECORD, None),
+    )
+    _section(
+        terminalreporter,
+        "what the model reads from REST function tools, direct and through mend",
+        config.stash.get(REST_MATRIX, None),
+        config.stash.get(REST_RECORD, None),
+    )

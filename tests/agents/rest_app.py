@@ -3,7 +3,10 @@
 Its operation ids name the tools ``FastMCP.from_openapi`` generates from it
 (``tests/agents/openapi_server.py``): a missing order (404), a state conflict (409), a body
 FastAPI's validation refuses (422, its ``detail`` list), a rate limit (429 with ``Retry-After``),
-a database that is down (503). ``python -m tests.agents.rest_app PORT`` serves it.
+a database that is down (503). The REST function tools (``tests/agents/runners/rest_tools.py``)
+call it too, and two more: a price FastAPI's ``Field(gt=0)`` refuses (422) and a report export
+that fails with a traceback and a connection string in its text (500).
+``python -m tests.agents.rest_app PORT`` serves it.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from typing import Annotated
 
 import uvicorn
 from fastapi import FastAPI, HTTPException
-from fastapi.responses import JSONResponse
-from pydantic import AfterValidator, BaseModel
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import AfterValidator, BaseModel, Field
+
+from tests.agents.servers import SECRET, TRACE
 
 
 def in_sixes(quantity: int) -> int:
@@ -27,6 +32,10 @@ def in_sixes(quantity: int) -> int:
 class Product(BaseModel):
     name: str
     quantity: Annotated[int, AfterValidator(in_sixes)]
+
+
+class Price(BaseModel):
+    price: Annotated[float, Field(gt=0)]
 
 
 app = FastAPI(title="shop-rest")
@@ -56,6 +65,17 @@ def search_products(q: str) -> JSONResponse:
 @app.get("/inventory/{sku}", operation_id="get_inventory", response_model=None)
 def get_inventory(sku: str) -> JSONResponse:
     return JSONResponse({"detail": "Inventory database is unavailable"}, status_code=503)
+
+
+@app.put("/products/{sku}/price", operation_id="set_price")
+def set_price(sku: str, price: Price) -> dict[str, float]:
+    return {"price": price.price}
+
+
+@app.get("/reports/{month}", operation_id="export_report", response_model=None)
+def export_report(month: str) -> PlainTextResponse:
+    """What a server that answers its exceptions' tracebacks sends (a debug mode left on)."""
+    return PlainTextResponse(f"export failed: could not write to {SECRET}\n{TRACE}", 500)
 
 
 if __name__ == "__main__":

@@ -115,7 +115,6 @@ def test_suggest_steps_over_an_exclusive_bound_only_for_an_integer(
     assert suggest(allowed, received) == suggested
 
 
-
 @pytest.mark.parametrize(
     ("allowed", "received", "suggested"),
     [

@@ -16,6 +16,7 @@ from fastmcp.exceptions import ToolError
 
 async def call(url: str, tool: str, arguments: dict[str, Any]) -> str:
     async with Client(url, timeout=30) as client:
+        await client.list_tools()  # as an agent does, to show the model its tools
         try:
             result = await client.call_tool(tool, arguments)
         except ToolError as exc:

@@ -19,6 +19,7 @@ from typing import Any
 
 import uvicorn
 
+from tests.installs import locked
 from tests.runtime.test_app import free_port
 
 #: the 1.x release the tests run (the last of the line)
@@ -74,9 +75,11 @@ async def asgi_server(app: Any, *, grace_s: int | None = None) -> AsyncIterator[
 def sdk1_site() -> Path:
     """A directory holding the MCP SDK 1.x and its dependencies, installed on first use."""
     site = Path(sys.prefix) / "mcp-sdk1"
-    if not (site / "mcp" / "server" / "fastmcp").is_dir():
-        command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        subprocess.run([*command, "--target", str(site), SDK1], check=True, timeout=300)
+    with locked(site):
+        if not (site / "mcp" / "server" / "fastmcp").is_dir():
+            command = [sys.executable, "-m", "pip", "install", "--quiet"]
+            command += ["--disable-pip-version-check", "--target", str(site), SDK1]
+            subprocess.run(command, check=True, timeout=300)
     return site
 
 

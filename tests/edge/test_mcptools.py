@@ -12,7 +12,6 @@ import asyncio
 import gzip
 import json
 import logging
-import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -29,6 +28,7 @@ from mcp.client import Client
 from mcp_types import CallToolResult, ToolListChangedNotification
 
 from tests.conftest import Mend, StartMend, StartUpstream
+from tests.installs import npm_installed
 from tests.mcptools_app import DSN, build
 from tests.runtime.test_app import free_port
 
@@ -825,16 +825,7 @@ NODE_CLIENT = Path(__file__).resolve().parents[1] / "mcptools_node"
 
 def node_client_ready() -> str | None:
     """Why the TypeScript SDK's client cannot run, or ``None`` (pinned packages installed once)."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        return "node/npm are not installed (scripts/install-system-deps installs them)"
-    if not (NODE_CLIENT / "node_modules" / ".package-lock.json").exists():
-        command = ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"]
-        done = subprocess.run(
-            command, cwd=NODE_CLIENT, capture_output=True, text=True, timeout=300, check=False
-        )
-        if done.returncode != 0:
-            return f"npm ci failed: {done.stderr[-500:]}"
-    return None
+    return npm_installed(NODE_CLIENT, timeout=300)
 
 
 @pytest.mark.slow

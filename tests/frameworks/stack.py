@@ -22,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.installs import npm_installed
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 NODE = HERE / "node"
@@ -61,20 +63,7 @@ def nginx_binary() -> str | None:
 
 def node_ready() -> str | None:
     """Why the Node apps cannot run, or ``None``: installs the pinned packages once (``npm ci``)."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        return "node/npm are not installed (scripts/install-system-deps installs them)"
-    if not (NODE / "node_modules" / ".package-lock.json").exists():
-        done = subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=NODE,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        if done.returncode != 0:
-            return f"npm ci failed: {done.stderr[-500:]}"
-    return None
+    return npm_installed(NODE, timeout=300)
 
 
 @dataclass

@@ -10,7 +10,6 @@ answers its own validation problems.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -23,6 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from tests.installs import npm_installed
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -40,20 +41,7 @@ PRISM = MODULES / ".bin" / "prism"
 
 def installed() -> str | None:
     """Why the packages cannot be had, or ``None``: installs the pinned packages once."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        return "node/npm are not installed (scripts/install-system-deps installs them)"
-    if not (MODULES / ".package-lock.json").exists():
-        done = subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=HERE,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        if done.returncode != 0:
-            return f"npm ci failed: {done.stderr[-500:]}"
-    return None
+    return npm_installed(HERE)
 
 
 def document(name: str) -> Path:

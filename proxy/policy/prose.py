@@ -79,10 +79,16 @@ def _value(value: Any) -> str:
     return _one_line(json_text(value), _NL_JSON_LIMIT)
 
 
+#: JSON Schema's exclusive bounds, as a sentence says them.
+_BOUND_WORDS = {"exclusiveMinimum": "greater than", "exclusiveMaximum": "less than"}
+
+
 def _expected(allowed: Any) -> str:
     """``{"minimum": 1}`` -> ``minimum 1``; ``["a", "b"]`` -> ``one of "a", "b"``."""
     if isinstance(allowed, dict) and allowed:
-        return ", ".join(f"{key} {json_text(v)}" for key, v in allowed.items())
+        return ", ".join(
+            f"{_BOUND_WORDS.get(key, key)} {json_text(v)}" for key, v in allowed.items()
+        )
     if isinstance(allowed, list) and allowed:
         return "one of " + ", ".join(json_text(v) for v in allowed)
     return json_text(allowed)

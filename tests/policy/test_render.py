@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.config.choices import Rendering
+from proxy.policy import prose
 from proxy.policy.envelope import Action, Category, Envelope, InvalidField, Severity, envelope_body
 from proxy.policy.negotiation import Negotiator, negotiate
 from proxy.policy.render import CONTENT_TYPES, render, safe_header_value
@@ -770,3 +771,9 @@ def test_applied_survives_every_rendering(rendering: Rendering) -> None:
     else:
         assert '"applied":"unknown"' in body.replace("\\", "")
         assert "Retry: Not yet: the request may already have taken effect" in body.replace("*", "")
+
+
+def test_an_exclusive_bound_is_said_in_words() -> None:
+    """``exclusiveMinimum: 0`` reads "greater than 0" in the plan, not the keyword."""
+    assert prose._expected({"exclusiveMinimum": 0}) == "greater than 0"
+    assert prose._expected({"minimum": 1, "exclusiveMaximum": 9}) == "minimum 1, less than 9"

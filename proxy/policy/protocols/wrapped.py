@@ -144,13 +144,23 @@ def reported(text: str, structured: Any = None) -> Reported | None:
     body, headers = _body(scanned[said.end() :]), _headers(scanned)
     return Reported(
         status=int(said.group("status") or 0),
-        text=body or scanned.strip(),
+        text=body or _words(scanned),
         document=json_depth.loads(body) if body[:1] in ("{", "[") else NOT_JSON,
         headers=headers,
         method=method,
         path=_path(url) if url else None,
         quotes=bool(body or headers),
     )
+
+
+#: The SDKs' prefix on a tool's error text (SDK 1.x/2.x, FastMCP): not the API's words.
+_TOOL_PREFIX = linear(r"^\s*Error (?:executing|calling) tool '?[^\s':]{1,200}'?: ")
+
+
+def _words(text: str) -> str:
+    """The tool's words without the SDK's "Error executing tool NAME: " prefix."""
+    prefix = _TOOL_PREFIX.search(text)
+    return (text[prefix.end() :] if prefix is not None else text).strip()
 
 
 def _said(text: str) -> Match | None:

@@ -173,3 +173,17 @@ def test_any_text_reports_nothing_or_an_error_status(text: str, structured: obje
     """Whatever a tool writes, ``reported`` answers: nothing, or a 4xx/5xx status."""
     found = reported(text, structured)
     assert found is None or 400 <= found.status <= 599
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Error executing tool search: Backend answered 429 Too Many Requests",
+        "Error calling tool 'search': Backend answered 429 Too Many Requests",
+    ],
+)
+def test_the_sdks_prefix_is_not_the_apis_words(text: str) -> None:
+    """The words that stand for the body leave out the SDK's "Error executing tool" prefix."""
+    found = reported(text)
+    assert found is not None
+    assert found.text == "Backend answered 429 Too Many Requests"

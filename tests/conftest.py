@@ -21,6 +21,7 @@ from proxy.config.settings import Settings
 from proxy.edge.server import Listener
 from proxy.observation.logs import make_logger
 from proxy.runtime.app import MendServer, create_app
+from tests import summaries
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,3 +117,15 @@ async def start_mend(aiohttp_client: Callable[..., Awaitable[TestClient[Any, Any
         return Mend(client, registry, log)
 
     return start
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist: a worker ended; keep the summary tables it sent (``tests/summaries.py``)."""
+    summaries.collect(node.config, node)
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    summaries.print_all(terminalreporter, config)

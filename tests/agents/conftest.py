@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import summaries
 from tests.agents.harness import Matrix, load_cases, running_servers, summary
 from tests.agents.rest_tools import RestMatrix, load_rest_cases, running_rest_app
 
@@ -55,30 +56,27 @@ def rest_matrix(
 
 
 def _section(
-    terminalreporter: pytest.TerminalReporter,
+    config: pytest.Config,
     title: str,
     taken: Matrix | RestMatrix | None,
     record: str | None,
 ) -> None:
     if taken is None or not taken.readings:
         return
-    terminalreporter.section(title)
-    terminalreporter.write_line(summary(taken.record()))
-    if record:
-        terminalreporter.write_line(f"matrix: {record}")
+    text = summary(taken.record()) + (f"\nmatrix: {record}" if record else "")
+    summaries.add(config, title, text)
 
 
-def pytest_terminal_summary(
-    terminalreporter: pytest.TerminalReporter, config: pytest.Config
-) -> None:
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
     _section(
-        terminalreporter,
+        config,
         "what the model reads, direct and through mend",
         config.stash.get(MATRIX, None),
         config.stash.get(RECORD, None),
     )
     _section(
-        terminalreporter,
+        config,
         "what the model reads from REST function tools, direct and through mend",
         config.stash.get(REST_MATRIX, None),
         config.stash.get(REST_RECORD, None),

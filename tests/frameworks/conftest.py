@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import summaries
 from tests.frameworks.scoring import Outcome, table
 from tests.frameworks.stack import Stack, running_stack
 
@@ -42,11 +43,9 @@ def outcomes(pytestconfig: pytest.Config) -> dict[str, Outcome]:
     return pytestconfig.stash.setdefault(OUTCOMES, {})
 
 
-def pytest_terminal_summary(
-    terminalreporter: pytest.TerminalReporter, config: pytest.Config
-) -> None:
-    scored = config.stash.get(OUTCOMES, {})
-    if not scored:
-        return
-    terminalreporter.section("mend on real frameworks' errors")
-    terminalreporter.write_line(table(list(scored.values())))
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    scored = session.config.stash.get(OUTCOMES, {})
+    if scored:
+        summaries.add(
+            session.config, "mend on real frameworks' errors", table(list(scored.values()))
+        )

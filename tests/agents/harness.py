@@ -292,24 +292,34 @@ class Matrix:
 
     def record(self) -> list[dict[str, Any]]:
         """Every (framework, server, case) taken: both texts, what was raised, the verdicts."""
-        rows = []
-        for case in self.cases:
-            for name, framework in FRAMEWORKS.items():
-                if (name, case.key, "mend") not in self.readings:
-                    continue
-                direct = self.readings[(name, case.key, "direct")]
-                proxied = self.readings[(name, case.key, "mend")]
-                rows.append(
-                    {
-                        "framework": name,
-                        "server": case.server,
-                        "case": case.id,
-                        "direct": asdict(direct),
-                        "mend": asdict(proxied),
-                        **verdicts(framework, case, direct, proxied, self.leaks),
-                    }
-                )
-        return rows
+        return recorded(self.readings, self.cases, FRAMEWORKS, self.leaks)
+
+
+def recorded(
+    readings: dict[tuple[str, str, str], Reading],
+    cases: list[Case],
+    frameworks: dict[str, Framework],
+    leaks: tuple[str, ...],
+) -> list[dict[str, Any]]:
+    """A matrix's rows: every (framework, case) taken, both texts, what was raised, verdicts."""
+    rows = []
+    for case in cases:
+        for name, framework in frameworks.items():
+            if (name, case.key, "mend") not in readings:
+                continue
+            direct = readings[(name, case.key, "direct")]
+            proxied = readings[(name, case.key, "mend")]
+            rows.append(
+                {
+                    "framework": name,
+                    "server": case.server,
+                    "case": case.id,
+                    "direct": asdict(direct),
+                    "mend": asdict(proxied),
+                    **verdicts(framework, case, direct, proxied, leaks),
+                }
+            )
+    return rows
 
 
 def leaked(leaks: tuple[str, ...], text: str) -> list[str]:

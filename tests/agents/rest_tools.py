@@ -18,7 +18,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,8 @@ from tests.agents.harness import (
     Framework,
     Reading,
     mend_in_front,
+    recorded,
     run_batch,
-    verdicts,
 )
 from tests.agents.runners.http_tools import STYLE_VARIABLE, STYLES
 from tests.agents.servers import Served, serve
@@ -137,21 +137,4 @@ class RestMatrix:
 
     def record(self) -> list[dict[str, Any]]:
         """Every (framework, style, case) taken: both texts, what was raised, the verdicts."""
-        rows = []
-        for case in self.cases:
-            for name, framework in REST_FRAMEWORKS.items():
-                if (name, case.key, "mend") not in self.readings:
-                    continue
-                direct = self.readings[(name, case.key, "direct")]
-                proxied = self.readings[(name, case.key, "mend")]
-                rows.append(
-                    {
-                        "framework": name,
-                        "server": case.server,
-                        "case": case.id,
-                        "direct": asdict(direct),
-                        "mend": asdict(proxied),
-                        **verdicts(framework, case, direct, proxied, self.leaks),
-                    }
-                )
-        return rows
+        return recorded(self.readings, self.cases, REST_FRAMEWORKS, self.leaks)

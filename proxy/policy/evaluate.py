@@ -151,9 +151,7 @@ def unit_match(ruleset: RuleSet, unit: Unit) -> tuple[Exchange, Match] | None:
     own = ruleset.match_unit(unit.exchange)
     if own is not None and (behind is None or not own.rule.is_fallback):
         return unit.exchange, own
-    if reported is not None and behind is not None:
-        return reported, behind
-    return None
+    return (reported, behind) if reported is not None and behind is not None else None
 
 
 def answer_exchange(

@@ -31,7 +31,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.policy import json_depth
 from proxy.policy.exchange import NOT_JSON, Exchange
-from proxy.policy.regex import Match, linear
+from proxy.policy.regex import linear
 
 #: Characters of a tool's text searched for a reported answer.
 SCANNED = 64 << 10
@@ -140,10 +140,11 @@ def reported(text: str, structured: Any = None) -> Reported | None:
     said = _said(scanned)
     if said is None:
         return None
-    method, url = _group(said, "method"), _group(said, "url")
-    body, headers = _body(scanned[said.end() :]), _headers(scanned)
+    groups, end = said
+    method, url = groups.get("method") or None, groups.get("url") or None
+    body, headers = _body(scanned[end:]), _headers(scanned)
     return Reported(
-        status=int(said.group("status") or 0),
+        status=int(groups.get("status") or 0),
         text=body or _words(scanned),
         document=json_depth.loads(body) if body[:1] in ("{", "[") else NOT_JSON,
         headers=headers,
@@ -163,14 +164,15 @@ def _words(text: str) -> str:
     return (text[prefix.end() :] if prefix is not None else text).strip()
 
 
-def _said(text: str) -> Match | None:
-    """The first place ``text`` states an error status, by the first wording that does."""
+def _said(text: str) -> tuple[dict[str, str | None], int] | None:
+    """Where ``text`` first states an error status, by the first wording that does: the
+    wording's groups, and the end of the statement in ``text``."""
     for pattern, weak in _SAID:
         start = 0
         while (match := pattern.search(text[start:])) is not None:
             end = start + match.end()
             if not weak or _ends_a_status(text, end, int(match.group("status") or 0)):
-                return _Shifted(match, start)
+                return match.groupdict(), end
             start = end
     return None
 
@@ -186,31 +188,6 @@ def _ends_a_status(text: str, end: int, status: int) -> bool:
     except ValueError:
         return rest[0].isupper()
     return rest.lower().startswith(phrase.split()[0].lower()) or rest[0].isupper()
-
-
-class _Shifted:
-    """A match found in ``text[offset:]``, its positions told in ``text``."""
-
-    __slots__ = ("_match", "_offset")
-
-    def __init__(self, match: Match, offset: int) -> None:
-        self._match, self._offset = match, offset
-
-    def group(self, group: int | str = 0, /) -> str | None:
-        return self._match.group(group)
-
-    def groupdict(self) -> dict[str, str | None]:
-        return self._match.groupdict()
-
-    def start(self, group: int | str = 0, /) -> int:
-        return self._offset + self._match.start(group)
-
-    def end(self, group: int | str = 0, /) -> int:
-        return self._offset + self._match.end(group)
-
-
-def _group(match: Match, name: str) -> str | None:
-    return match.groupdict().get(name) or None
 
 
 def _body(after: str) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -254,29 +254,57 @@ def run_batch(framework: Framework, url: str, cases: list[Case], log: Path) -> l
     return [Reading(**json.loads(line)) for line in lines]
 
 
+class Taken:
+    """Readings by (framework, case key, route), taken on first need a batch at a time (one
+    framework on one batch of cases, direct and through mend); a batch that failed is not tried
+    again. Subclasses say what a batch is and how it is taken."""
+
+    cases: list[Case]
+    leaks: tuple[str, ...]
+    readings: dict[tuple[str, str, str], Reading]
+    #: (framework, batch) -> why its readings could not be taken
+    broken: dict[tuple[str, str], str]
+    frameworks: ClassVar[dict[str, Framework]] = FRAMEWORKS
+
+    def batch(self, case: Case) -> str:
+        return case.server
+
+    def _take(self, framework: Framework, batch: str) -> None:
+        raise NotImplementedError
+
+    def reading(self, framework: str, case: Case, route: str) -> Reading:
+        key, batch = (framework, case.key, route), self.batch(case)
+        if key not in self.readings:
+            if (framework, batch) in self.broken:
+                raise RuntimeError(self.broken[(framework, batch)])
+            try:
+                self._take(self.frameworks[framework], batch)
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                self.broken[(framework, batch)] = str(exc)
+                raise
+        return self.readings[key]
+
+    def _keep(
+        self, framework: Framework, cases: list[Case], direct: list[Reading], proxied: list[Reading]
+    ) -> None:
+        for case, d, p in zip(cases, direct, proxied, strict=True):
+            self.readings[(framework.name, case.key, "direct")] = d
+            self.readings[(framework.name, case.key, "mend")] = p
+
+    def record(self) -> list[dict[str, Any]]:
+        """Every (framework, case) taken: both texts, what was raised, the verdicts."""
+        return recorded(self.readings, self.cases, self.frameworks, self.leaks)
+
+
 @dataclass
-class Matrix:
-    """Readings by (framework, case key, route), taken on first need, one batch per
-    (framework, server, route)."""
+class Matrix(Taken):
+    """The MCP matrix: a batch is one server's cases."""
 
     servers: Servers
     cases: list[Case]
     leaks: tuple[str, ...]
     readings: dict[tuple[str, str, str], Reading] = field(default_factory=dict)
-    #: (framework, server) -> why its readings could not be taken (not tried again)
     broken: dict[tuple[str, str], str] = field(default_factory=dict)
-
-    def reading(self, framework: str, case: Case, route: str) -> Reading:
-        key = (framework, case.key, route)
-        if key not in self.readings:
-            if (framework, case.server) in self.broken:
-                raise RuntimeError(self.broken[(framework, case.server)])
-            try:
-                self._take(FRAMEWORKS[framework], case.server)
-            except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                self.broken[(framework, case.server)] = str(exc)
-                raise
-        return self.readings[key]
 
     def _take(self, framework: Framework, server: str) -> None:
         cases = [c for c in self.cases if c.server == server]
@@ -286,13 +314,7 @@ class Matrix:
         direct = run_batch(framework, f"{upstream}/mcp", cases, log)
         with mend_in_front(upstream, f"{framework.name}-{server}", logs) as mend:
             proxied = run_batch(framework, f"{mend.url}/mcp", cases, log)
-        for case, d, p in zip(cases, direct, proxied, strict=True):
-            self.readings[(framework.name, case.key, "direct")] = d
-            self.readings[(framework.name, case.key, "mend")] = p
-
-    def record(self) -> list[dict[str, Any]]:
-        """Every (framework, server, case) taken: both texts, what was raised, the verdicts."""
-        return recorded(self.readings, self.cases, FRAMEWORKS, self.leaks)
+        self._keep(framework, cases, direct, proxied)
 
 
 def recorded(

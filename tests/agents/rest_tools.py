@@ -14,13 +14,12 @@ and summary judge them the same way.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 import yaml
 
@@ -30,8 +29,8 @@ from tests.agents.harness import (
     Case,
     Framework,
     Reading,
+    Taken,
     mend_in_front,
-    recorded,
     run_batch,
 )
 from tests.agents.runners.http_tools import STYLE_VARIABLE, STYLES
@@ -98,30 +97,19 @@ def running_rest_app(logs: Path) -> Iterator[Served]:
 
 
 @dataclass
-class RestMatrix:
-    """Readings by (framework, case key, route), taken on first need, one batch per
-    (framework, style, route)."""
+class RestMatrix(Taken):
+    """The REST function-tool matrix: a batch is one tool style's cases."""
 
     app: str
     logs: Path
     cases: list[Case]
     leaks: tuple[str, ...]
     readings: dict[tuple[str, str, str], Reading] = field(default_factory=dict)
-    #: (framework, style) -> why its readings could not be taken (not tried again)
     broken: dict[tuple[str, str], str] = field(default_factory=dict)
+    frameworks: ClassVar[dict[str, Framework]] = REST_FRAMEWORKS
 
-    def reading(self, framework: str, case: Case, route: str) -> Reading:
-        key = (framework, case.key, route)
-        style = style_of(case)
-        if key not in self.readings:
-            if (framework, style) in self.broken:
-                raise RuntimeError(self.broken[(framework, style)])
-            try:
-                self._take(REST_FRAMEWORKS[framework], style)
-            except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                self.broken[(framework, style)] = str(exc)
-                raise
-        return self.readings[key]
+    def batch(self, case: Case) -> str:
+        return style_of(case)
 
     def _take(self, framework: Framework, style: str) -> None:
         cases = [c for c in self.cases if c.server == server_of(style)]
@@ -131,10 +119,4 @@ class RestMatrix:
         direct = run_batch(styled, self.app, cases, log)
         with mend_in_front(self.app, name, self.logs) as mend:
             proxied = run_batch(styled, mend.url, cases, log)
-        for case, d, p in zip(cases, direct, proxied, strict=True):
-            self.readings[(framework.name, case.key, "direct")] = d
-            self.readings[(framework.name, case.key, "mend")] = p
-
-    def record(self) -> list[dict[str, Any]]:
-        """Every (framework, style, case) taken: both texts, what was raised, the verdicts."""
-        return recorded(self.readings, self.cases, REST_FRAMEWORKS, self.leaks)
+        self._keep(framework, cases, direct, proxied)

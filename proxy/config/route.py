@@ -57,6 +57,14 @@ class HealthCheck(Frozen):
     timeout_s: float = Field(2.0, gt=0)
 
 
+#: ``allowed_hosts`` entries: a DNS name or address, then a port, ``:*`` (any port) or nothing;
+#: or ``*`` (any host)
+_ALLOWED_HOST = re.compile(
+    r"^(\*|([A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])(:(\d{1,5}|\*))?)$"
+)
+#: ``allowed_origins`` entries: ``http://`` or ``https://`` and an ``allowed_hosts`` entry; or ``*``
+_ALLOWED_ORIGIN = re.compile(r"^(\*|https?://(?!\*)\S+)$")
+
 #: ``retry_safe[].operation``: a method, a space, a path glob.
 _OPERATION = re.compile(r"^[A-Z]{1,16} /\S*$")
 
@@ -111,6 +119,14 @@ class Route(Frozen):
     #: seconds to read a whole error body (or a success peek) that a rule set inspects
     error_body_timeout: float = Field(30.0, gt=0)
     preserve_host: bool = False
+    #: the ``Host`` values agents reach this route by (``host``, ``host:port``, ``host:*``, or
+    #: ``*``), as the MCP SDKs' ``allowed_hosts``: MCP requests with another are refused with
+    #: 403, and mend writes no URL from another. Unset: the localhost forms, mend's listen
+    #: address and ``public_url``'s host (proxy/edge/hosts.py)
+    allowed_hosts: tuple[str, ...] | None = Field(None, max_length=256)
+    #: the ``Origin`` values MCP requests may carry (``https://app.example``,
+    #: ``http://localhost:*``, ``*``); unset: the allowed hosts' http and https origins
+    allowed_origins: tuple[str, ...] | None = Field(None, max_length=256)
     #: ``Location``, ``Content-Location`` and ``Refresh`` naming the upstream's origin are
     #: rewritten to the agent's origin and this route's prefix (nginx ``proxy_redirect default``)
     rewrite_redirects: bool = True
@@ -139,6 +155,27 @@ class Route(Frozen):
     def _prefix(cls, value: str) -> str:
         if not value.startswith("/"):
             raise ValueError("a route prefix starts with '/'")
+        return value
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _allowed_hosts(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for entry in value or ():
+            if not _ALLOWED_HOST.match(entry):
+                raise ValueError(
+                    f"allowed_hosts entry {entry!r} is not host, host:port, host:* or *"
+                )
+        return value
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _allowed_origins(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for entry in value or ():
+            host = entry.partition("://")[2]
+            if not _ALLOWED_ORIGIN.match(entry) or not _ALLOWED_HOST.match(host or "*"):
+                raise ValueError(
+                    f"allowed_origins entry {entry!r} is not http(s)://host[:port|:*] or *"
+                )
         return value
 
     @field_validator("upstream")

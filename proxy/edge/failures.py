@@ -130,6 +130,19 @@ class RouteNotFound(Refused):
     rule, reason, status = "proxy.route_not_found", "no_route", 404
 
 
+class HostNotAllowed(Refused):
+    """An MCP request for a ``Host`` the route does not allow (``proxy/edge/hosts.py``): refused
+    before it is sent, as the MCP SDKs refuse one (DNS-rebinding protection)."""
+
+    rule, reason, status = "proxy.host_not_allowed", "host_not_allowed", 403
+
+
+class OriginNotAllowed(HostNotAllowed):
+    """An MCP request from an ``Origin`` the route does not allow (a web page elsewhere)."""
+
+    rule, reason = "proxy.origin_not_allowed", "origin_not_allowed"
+
+
 class ProxyBug(ProxyFailure):
     """mend itself failed; the agent still gets an envelope, the operator a traceback."""
 

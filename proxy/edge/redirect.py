@@ -6,6 +6,14 @@ the agent used and the route's prefix, so an agent following it stays behind men
 learning the upstream's address and going around it. Relative values, and absolute ones naming
 anything else, pass unchanged. A route's ``rewrite_redirects: false`` turns it off.
 
+A ``WWW-Authenticate`` challenge's ``resource_metadata`` URL (RFC 9728 §5.1) is rewritten the
+same way, every other byte of the challenge kept: an MCP client fetches that document next, and
+must fetch it from mend (``proxy/edge/resource_metadata.py``).
+
+With no ``public_url`` and a ``Host`` the route does not allow (``proxy/edge/hosts.py``), the
+agent's origin is not known: a redirect is written as a path, and a challenge's URL, which must
+be absolute, is left as it came.
+
 Header values are untrusted: they are read with string methods only, and a value that does not
 have the plain ``scheme://authority/path`` shape passes as it came.
 """
@@ -19,7 +27,7 @@ from yarl import URL
 
 #: The response headers whose URL is rewritten (``istr``: a look-up in a response's headers
 #: skips folding the name's case, on every passed-through response)
-HEADERS = (istr("Location"), istr("Content-Location"), istr("Refresh"))
+HEADERS = (istr("Location"), istr("Content-Location"), istr("Refresh"), istr("WWW-Authenticate"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +76,10 @@ class UpstreamOrigin:
 
 def rewrite(name: str, value: str, origin: UpstreamOrigin, agent_base: str) -> str:
     """One redirect header's value, rewritten when it names the upstream."""
-    if name.lower() != "refresh":
+    lower = name.lower()
+    if lower == "www-authenticate":  # its URLs are absolute: none is written from a path
+        return challenge(value, origin, agent_base)[0] if "://" in agent_base else value
+    if lower != "refresh":
         return origin.agent_url(value.strip(), agent_base) or value
     # Refresh: "5; url=http://upstream/next" (the URL possibly quoted)
     at = value.lower().find("url=")
@@ -81,3 +92,42 @@ def rewrite(name: str, value: str, origin: UpstreamOrigin, agent_base: str) -> s
     if found is None:
         return value
     return f"{value[: at + 4]}{quote}{found}{quote}"
+
+
+#: the challenge parameter naming the protected-resource metadata (RFC 9728 §5.1)
+_METADATA_PARAM = "resource_metadata="
+
+
+def challenge(value: str, origin: UpstreamOrigin, agent_base: str) -> tuple[str, list[str]]:
+    """A ``WWW-Authenticate`` value with each ``resource_metadata`` URL that names the upstream
+    rewritten to name mend (``agent_base`` absolute), every other byte as it came; and the
+    rewritten URLs, for the metadata they name (``proxy/edge/resource_metadata.py``)."""
+    lower, out, named, at = value.lower(), [], [], 0
+    while (found := lower.find(_METADATA_PARAM, at)) != -1:
+        start = found + len(_METADATA_PARAM)
+        if found and lower[found - 1] not in " ,\t":  # the tail of another parameter's name
+            out.append(value[at:start])
+            at = start
+            continue
+        quoted = value[start : start + 1] == '"'
+        begin = start + quoted
+        end = value.find('"', begin) if quoted else _token_end(value, begin)
+        if end == -1:  # an unterminated quoted string: the rest passes as it came
+            break
+        url = value[begin:end]
+        rewritten = origin.agent_url(url, agent_base)
+        out.append(value[at:begin])
+        if rewritten is None:
+            out.append(url)
+        else:
+            out.append(rewritten)
+            named.append(rewritten)
+        at = end
+    out.append(value[at:])
+    return "".join(out), named
+
+
+def _token_end(value: str, begin: int) -> int:
+    """Where an unquoted parameter value that starts at ``begin`` ends."""
+    ends = [e for e in (value.find(mark, begin) for mark in (",", " ", "\t")) if e != -1]
+    return min(ends, default=len(value))

@@ -35,7 +35,7 @@ from proxy.policy.evaluate import Answer, Evaluation
 from proxy.policy.exchange import NOT_JSON, Exchange
 from proxy.policy.negotiation import Negotiator
 from proxy.policy.openapi.enrich import allow_header
-from proxy.policy.redaction import Redactor, is_internal_header
+from proxy.policy.redaction import is_internal_header
 from proxy.policy.render import render, safe_header_value
 
 if TYPE_CHECKING:
@@ -53,11 +53,11 @@ KEPT_ON_ENVELOPES = re.compile(
 )
 #: errors of one response reviewed across calls (one store call each); the rest go as built
 REVIEWED_UNITS = 16
-#: kept upstream headers the client sends back as they came (never redacted)
-_TRANSPORT_ECHOES = frozenset({"mcp-session-id", "mcp-protocol-version"})
-#: Digest challenge parameters made for the client to send back verbatim: random by design,
-#: secrets to no one (RFC 7616 section 3.3); redacted, they made Digest authentication fail.
-_CHALLENGE_ECHOES = re.compile(r'(\b(?:nonce|opaque)=(?:"[^"]{0,512}"|[^\s,]{0,512}))', re.I)
+#: kept upstream headers the client reads or sends back as they came, never redacted: an
+#: authentication challenge (its parameters, ``resource_metadata``, ``scope``, a Digest
+#: ``nonce``, are the client's to read: CONTRACT §3), MCP's session id and revision (a session
+#: id looks like a key, and a masked one ends the session)
+_AS_SENT = frozenset({"www-authenticate", "mcp-session-id", "mcp-protocol-version"})
 
 
 def answer_status(flow: Flow, exchange: Exchange) -> int:
@@ -260,35 +260,28 @@ class Reply:
         kinds: list[str] = []
         redactor = None
         for name, value in upstream_headers.items():
-            if KEPT_ON_ENVELOPES.match(name) and not is_internal_header(name):
+            if not KEPT_ON_ENVELOPES.match(name) or is_internal_header(name):
+                continue
+            if name.lower() in _AS_SENT:
+                text = _as_sent(flow, name, value)
+            else:
                 redactor = redactor or flow.redactor()
-                text = _scrub_header(name, value, redactor, kinds)
-                if text:
-                    headers.add(name, safe_header_value(text, limit=2048))
+                scrubbed = redactor.scrub(value.strip())
+                kinds.extend(scrubbed.kinds)
+                text = safe_header_value(scrubbed.text, limit=2048)
+            if text:
+                headers.add(name, text)
         self.metrics.redacted(kinds)
+
+
+def _as_sent(flow: Flow, name: str, value: str) -> str:
+    """A header the client reads or echoes as it came: a challenge (its ``resource_metadata``
+    naming mend, ``proxy/edge/redirect.py``), MCP's session id and revision."""
+    if name.lower() == "www-authenticate" and (rewrite := flow.redirect()) is not None:
+        value = rewrite(name, value)
+    return safe_header_value(value, limit=len(value))
 
 
 def _status_for(route: Route | None, status: int) -> int:
     """The HTTP status an error goes with: 200 on a route with ``status: 200``."""
     return 200 if route is not None and route.status == 200 and status >= 400 else status
-
-
-def _scrub_header(name: str, value: str, redactor: Redactor, kinds: list[str]) -> str:
-    """A kept upstream header for an envelope, redacted; a challenge's nonce and opaque are
-    kept as sent, the rest of it (realm, error_description) is redacted like any text. MCP's
-    session id and revision are the transport's, echoed by the client: kept as sent (a session
-    id looks like a key, and a masked one ends the session)."""
-    if name.lower() in _TRANSPORT_ECHOES:
-        return value
-    pieces = _CHALLENGE_ECHOES.split(value) if name.lower() == "www-authenticate" else [value]
-    out = []
-    for index, piece in enumerate(pieces):
-        if index % 2 or not piece.strip(" ,"):  # a nonce= or opaque= parameter, or a comma
-            out.append(piece)
-            continue
-        core = piece.strip()
-        scrubbed = redactor.scrub(core)
-        kinds.extend(scrubbed.kinds)
-        start = piece.index(core)
-        out.append(piece[:start] + scrubbed.text + piece[start + len(core) :])
-    return "".join(out)

@@ -9,12 +9,12 @@ floor never sees a ``Flow``: it gets the ``Exchange`` inside it.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from yarl import URL
 
 from proxy.edge import redirect
 from proxy.edge.passthrough import Redirect
@@ -31,9 +31,6 @@ if TYPE_CHECKING:
     from proxy.policy.protocols.base import Call
     from proxy.policy.redaction import Redactor
     from proxy.runtime.generation import Generation, RouteRuntime
-
-#: A ``Host`` (or ``X-Forwarded-Host``) that is a plain host and port; any other is ignored.
-_HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
 
 
 @dataclass(slots=True, eq=False)
@@ -118,40 +115,58 @@ class Flow:
         return self.generation.loaded.engine.redactor_for(self.exchange.route)
 
     def options(self) -> BuildOptions:
-        """How envelopes are built here; the catalog's links name the host the agent used when
-        no ``public_url`` is set."""
-        gen, request = self.generation, self.request
+        """How envelopes are built here; with no ``public_url``, the catalog's links name the
+        host the agent used when the route allows it (CONTRACT §3), else they are relative."""
+        gen = self.generation
         if gen.options.docs_base_url:
             return gen.options
-        host = request.host if _HOST.match(request.host or "") else gen.settings.listen
-        return replace(gen.options, docs_base_url=f"{request.scheme}://{host}")
+        origin = self.agent_origin()
+        return replace(gen.options, docs_base_url=origin) if origin else gen.options
 
     def redirect(self) -> Redirect | None:
-        """What names mend instead of the upstream in the response's redirect headers."""
-        origin = self.runtime.redirects if self.runtime is not None else None
-        if origin is None:
+        """What names mend instead of the upstream in the response's redirect headers and
+        challenges; the metadata a challenge names is remembered for its request."""
+        runtime = self.runtime
+        origin = runtime.redirects if runtime is not None else None
+        if runtime is None or origin is None:
             return None
+        base: list[str] = []  # made on the first header that needs it
 
         def rewrite(name: str, value: str) -> str:
-            return redirect.rewrite(name, value, origin, self.agent_base())
+            if not base:
+                base.append(self.agent_base())
+            if name.lower() != "www-authenticate" or "://" not in base[0]:
+                return redirect.rewrite(name, value, origin, base[0])
+            value, named = redirect.challenge(value, origin, base[0])
+            for url in named:
+                runtime.metadata.remember(URL(url).raw_path)
+            return value
 
         return rewrite
 
     def agent_base(self) -> str:
-        """The origin the agent used (``public_url``, else ``X-Forwarded-Proto`` and
-        ``-Host``, else ``Host``) and the route's prefix when it is stripped."""
-        route, request, settings = self.route, self.request, self.generation.settings
+        """The origin the agent used (``agent_origin``; nothing when it is not known: a path)
+        and the route's prefix when it is stripped."""
+        route = self.route
         root = route.prefix.rstrip("/") if route is not None and route.strip_prefix else ""
+        return self.agent_origin() + root
+
+    def agent_origin(self) -> str:
+        """The origin mend writes into URLs (CONTRACT §3): ``public_url``; else the scheme
+        (``X-Forwarded-Proto``) and a host the route allows (``X-Forwarded-Host``, else
+        ``Host``); ``""`` when neither is allowed: links and redirects are then paths."""
+        settings, headers = self.generation.settings, self.request.headers
         if settings.public_url:
-            return settings.public_url.rstrip("/") + root
-        headers = request.headers
+            return settings.public_url.rstrip("/")
+        hosts = self.runtime.hosts if self.runtime is not None else self.generation.hosts
+        forwarded = headers.get("X-Forwarded-Host", "").split(",", 1)[0].strip()
+        host = hosts.named(forwarded) or hosts.named(headers.get("Host"))
+        if not host:
+            return ""
         scheme = headers.get("X-Forwarded-Proto", "").split(",", 1)[0].strip().lower()
         if scheme not in ("http", "https"):
-            scheme = request.scheme
-        host = headers.get("X-Forwarded-Host", "").split(",", 1)[0].strip()
-        if not _HOST.match(host):
-            host = request.host if _HOST.match(request.host or "") else ""
-        return f"{scheme}://{host or settings.listen}{root}"
+            scheme = self.request.scheme
+        return f"{scheme}://{host}"
 
 
 #: The configuration a request runs on, for what sees only the request (the OpenAPI gate). The

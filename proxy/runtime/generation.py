@@ -16,16 +16,19 @@ request of its generation ends, never under one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from structlog.typing import FilteringBoundLogger
 from yarl import URL
 
+from proxy.config.choices import ProtocolName
 from proxy.config.route import Route, below
 from proxy.config.settings import Settings
 from proxy.edge.forward import Upstreams
+from proxy.edge.hosts import Hosts
 from proxy.edge.redirect import UpstreamOrigin
+from proxy.edge.resource_metadata import NamedPaths
 from proxy.edge.target import Origin
 from proxy.edge.upstream import Timeouts
 from proxy.policy.build import BuildOptions
@@ -42,22 +45,31 @@ class RouteRuntime:
     redirects: UpstreamOrigin | None
     #: what a path below the route's prefix starts with (``route.below``), made once
     below: str
+    #: the hosts and origins agents may use, and whether MCP requests are checked
+    hosts: Hosts
+    #: the paths of protected-resource metadata this route's challenges named
+    metadata: NamedPaths
 
     @classmethod
-    def of(cls, route: Route) -> RouteRuntime:
+    def of(cls, route: Route, settings: Settings) -> RouteRuntime:
         url = URL(route.upstream)
         host = url.host if url.is_default_port() else f"{url.host}:{url.port}"
         # to the response headers once the request is sent; between body bytes, see _stream
         timeout = Timeouts(connect=route.connect_timeout, read=route.read_timeout)
         redirects = UpstreamOrigin.of(route.upstream) if route.rewrite_redirects else None
         origin = Origin.parse(route.upstream)
-        return cls(route, origin, host, timeout, redirects, below(route.prefix))
+        hosts = Hosts.of(
+            settings.listen, settings.public_url, route.allowed_hosts, route.allowed_origins
+        )
+        return cls(
+            route, origin, host, timeout, redirects, below(route.prefix), hosts, NamedPaths()
+        )
 
 
 class Generation:
     """One configuration in force, and the requests running on it (``active``)."""
 
-    __slots__ = ("active", "loaded", "options", "retired", "routes", "upstreams")
+    __slots__ = ("active", "hosts", "loaded", "options", "retired", "routes", "upstreams")
 
     def __init__(self, loaded: Loaded, upstreams: Upstreams) -> None:
         settings = loaded.settings
@@ -68,9 +80,11 @@ class Generation:
             retry_after_max_ms=settings.retry_after_max_ms,
             docs_base_url=(settings.public_url or "").rstrip("/"),
         )
+        #: the hosts mend names itself by for a request no route takes (a refusal's links)
+        self.hosts = Hosts.of(settings.listen, settings.public_url)
         # longest prefix first, so /api/v2 wins over /api
         self.routes = sorted(
-            map(RouteRuntime.of, settings.routes),
+            (RouteRuntime.of(route, settings) for route in settings.routes),
             key=lambda rt: len(rt.route.prefix),
             reverse=True,
         )
@@ -180,9 +194,22 @@ def _same_connections(old: Route, new: Route) -> bool:
     return old.tls is None and new.tls is None and old.upstream == new.upstream
 
 
-def unverified(routes: Iterable[Route], logger: FilteringBoundLogger) -> None:
-    """``verify: false`` is a warning each time a configuration with it comes into force."""
-    for route in routes:
+def unverified(settings: Settings, logger: FilteringBoundLogger) -> None:
+    """``verify: false`` is a warning each time a configuration with it comes into force; so is
+    an MCP route whose hosts mend cannot check (``proxy/edge/hosts.py``)."""
+    for route in settings.routes:
+        hosts = Hosts.of(
+            settings.listen, settings.public_url, route.allowed_hosts, route.allowed_origins
+        )
+        if route.protocol is ProtocolName.MCP and not hosts.checked:
+            logger.warning(
+                "mcp_hosts_unchecked",
+                route=route.name,
+                listen=settings.listen,
+                detail="Host and Origin are not checked (no DNS-rebinding protection): mend "
+                "listens on every interface and neither public_url nor allowed_hosts names "
+                "the hosts agents use",
+            )
         if route.tls is not None and not route.tls.verify:
             logger.warning(
                 "upstream_tls_verify_disabled",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from proxy.config.choices import ProtocolName
-from proxy.edge import relay
+from proxy.edge import relay, resource_metadata
 from proxy.policy.exchange import NOT_JSON
 from proxy.policy.protocols.base import Call, Inspection
 from proxy.policy.protocols.detect import Detector
@@ -30,6 +30,8 @@ def classify(flow: Flow, ruleset: RuleSet, detector: Detector) -> Inspection:
         return Inspection.DOCUMENT if ruleset.inspects(status) else Inspection.NONE
     content_type = upstream.content_type
     if 200 <= status < 300 and status != 204 and request.method != "HEAD":
+        if metadata_requested(flow):
+            return Inspection.DOCUMENT  # its ``resource`` names mend (resource_metadata.py)
         route = flow.route
         assert route is not None
         if (
@@ -46,6 +48,17 @@ def classify(flow: Flow, ruleset: RuleSet, detector: Detector) -> Inspection:
     if ruleset.inspects(status) and not relay.is_stream(upstream):
         return Inspection.DOCUMENT
     return Inspection.NONE
+
+
+def metadata_requested(flow: Flow) -> bool:
+    """Whether the request asks for protected-resource metadata whose ``resource`` mend may
+    rewrite (a route that rewrites redirects)."""
+    runtime = flow.runtime
+    if runtime is None or runtime.redirects is None:
+        return False
+    return resource_metadata.requested(
+        flow.request.method, flow.request.rel_url.raw_path, runtime.metadata
+    )
 
 
 def bare_call(detector: Detector, request: web.BaseRequest) -> Call:

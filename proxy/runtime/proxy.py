@@ -19,15 +19,17 @@ from structlog.typing import FilteringBoundLogger
 from proxy.config.choices import ProtocolName
 from proxy.config.settings import Settings
 from proxy.edge import agent_body as intake
-from proxy.edge import relay
+from proxy.edge import relay, resource_metadata
 from proxy.edge.failures import ForwardProxyRefused, ProxyFailure, RouteNotFound, upstream_errors
 from proxy.edge.forward import upstream_request_headers
+from proxy.edge.hosts import allowed, speaks_mcp
 from proxy.edge.mcptools import internal as tool_calls
 from proxy.edge.openapi_gate import PRESET, OpenAPIGate
 from proxy.edge.target import upstream_target
 from proxy.edge.upstream import UpstreamError
 from proxy.observation.metrics import Metrics, RepeatTracker
 from proxy.observation.request_id import request_id
+from proxy.policy import oauth_client
 from proxy.policy import upstream_body as bodies
 from proxy.policy.crosscall.view import CrossCall
 from proxy.policy.evaluate import answer_exchange
@@ -45,7 +47,7 @@ from proxy.runtime.envelope_steps import Count, Enrich, Reply, Review, Step
 from proxy.runtime.events import EventStream, lists_tools
 from proxy.runtime.flow import GENERATION, Flow
 from proxy.runtime.generation import Generation, Generations, unverified
-from proxy.runtime.inspection import bare_call, classify
+from proxy.runtime.inspection import bare_call, classify, metadata_requested
 from proxy.runtime.own_failures import OwnFailures, judge
 from proxy.runtime.record import Recorder
 from proxy.runtime.websockets import WebSockets
@@ -75,7 +77,7 @@ class Proxy:
         #: OpenTelemetry spans, when tracing is configured (``proxy/observation/tracing.py``)
         self.tracer = tracer
         self.generations = Generations(store.loaded, self._configured)
-        unverified(store.settings.routes, logger)
+        unverified(store.settings, logger)
         #: MCP tools' annotations seen in tools/list, and routes' retry_safe overrides
         self.retry_safety = RetrySafety()
         #: OpenAPI documents: requests checked before forwarding, envelopes enriched
@@ -101,7 +103,7 @@ class Proxy:
     def _configured(self, old: Settings, new: Settings) -> None:
         """A reload changed the settings: warn of unverified TLS again, start new routes'
         circuits."""
-        unverified(new.routes, self.log)
+        unverified(new, self.log)
         known = {r.name for r in old.routes}
         self.circuits.start(r.name for r in new.routes if r.name not in known)
 
@@ -160,6 +162,8 @@ class Proxy:
         call = flow.call = self.detector.call(request, route.protocol)
         if call is not None and route.tool_errors == "error":
             call.keep_rpc_errors = True
+        if runtime.hosts.checked and speaks_mcp(request, route.protocol, call):
+            allowed(request, runtime.hosts)  # DNS rebinding: the SDKs' check, made here
         intake.check_size(request, settings)
         sent = intake.body(request, settings, call) if request.body_exists else None
         if flow.trace is not None:  # the call names the span; an MCP body may name its parent
@@ -258,7 +262,11 @@ class Proxy:
             )
         else:  # a success, or an error no rule calls one, as it came
             redirect = flow.redirect()
-            flow.answered(relay.buffered(upstream, raw, flow.request_id, redirect), "passthrough")
+            document = _metadata(flow, raw) if is_success and complete else None
+            passed = relay.buffered(upstream, document or raw, flow.request_id, redirect)
+            if document is not None:  # the upstream's length was the old document's
+                passed.headers["Content-Length"] = str(len(document))
+            flow.answered(passed, "passthrough")
 
     async def _answer(self, flow: Flow, ruleset: RuleSet, raw: bytes, complete: bool) -> bool:
         """The envelope response to a read response, in the agent's protocol when it speaks one
@@ -270,6 +278,8 @@ class Proxy:
         exchange.status, exchange.headers = upstream.status, upstream.headers
         exchange.content_type = upstream.content_type.lower()
         exchange.text, exchange.json, exchange.truncated = body.text, body.json, body.truncated
+        if oauth_client.reads_itself(exchange):  # a token endpoint's error: the client's
+            return False
         call = flow.call
         if call is None and route.protocol is not ProtocolName.HTTP and upstream.status >= 400:
             call = flow.call = bare_call(self.detector, flow.request)  # an error may say what
@@ -385,6 +395,18 @@ class Proxy:
         await self.crosscall.close()
         if self.tracer is not None:
             await self.tracer.close()
+
+
+def _metadata(flow: Flow, raw: bytes) -> bytes | None:
+    """Protected-resource metadata naming mend as the resource, when the request asked for it
+    and its ``resource`` names the upstream (``proxy/edge/resource_metadata.py``)."""
+    runtime = flow.runtime
+    if runtime is None or runtime.redirects is None or not metadata_requested(flow):
+        return None
+    base = flow.agent_base()
+    if "://" not in base:  # no origin known to name: as it came
+        return None
+    return resource_metadata.rewritten(raw, runtime.redirects, base)
 
 
 def _parsed(flow: Flow, raw: bytes, *, cut: bool) -> bodies.Body:

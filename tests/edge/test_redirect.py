@@ -57,22 +57,35 @@ async def _redirect(request: web.Request) -> web.Response:
 async def test_absolute_redirect_names_the_host_the_agent_used(
     start_upstream: StartUpstream, start_mend: StartMend
 ) -> None:
-    """A 302 whose Location names the upstream reaches the agent naming mend's host."""
-    mend = await start_mend(await start_upstream({"/r": _redirect}))
+    """A 302 whose Location names the upstream reaches the agent naming mend's host, one the
+    route allows."""
+    upstream = await start_upstream({"/r": _redirect})
+    mend = await start_mend(upstream, route={"allowed_hosts": ["mend.test:81"]})
     resp = await mend.client.get("/r", allow_redirects=False, headers={"Host": "mend.test:81"})
     assert resp.status == 302
     assert resp.headers["Location"] == "http://mend.test:81/get"
     assert resp.headers["Content-Location"] == "http://mend.test:81/here"
 
 
+async def test_a_host_not_allowed_gets_a_path(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """A ``Host`` the route does not allow is never written into a URL (Host-header poisoning):
+    the redirect names the path alone, which the agent resolves against the URL it used."""
+    mend = await start_mend(await start_upstream({"/r": _redirect}))
+    resp = await mend.client.get("/r", allow_redirects=False, headers={"Host": "evil.example"})
+    assert resp.status == 302
+    assert resp.headers["Location"] == "/get"
+    assert resp.headers["Content-Location"] == "/here"
+
+
 async def test_forwarded_origin_and_prefix(
     start_upstream: StartUpstream, start_mend: StartMend
 ) -> None:
-    """Behind another proxy, ``X-Forwarded-Proto``/``-Host`` name the origin; a stripped
-    prefix is put back."""
-    mend = await start_mend(
-        await start_upstream({"/r": _redirect}), route={"prefix": "/svc/", "strip_prefix": True}
-    )
+    """Behind another proxy, ``X-Forwarded-Proto``/``-Host`` name the origin (a host the route
+    allows); a stripped prefix is put back."""
+    route = {"prefix": "/svc/", "strip_prefix": True, "allowed_hosts": ["api.example"]}
+    mend = await start_mend(await start_upstream({"/r": _redirect}), route=route)
     headers = {"X-Forwarded-Proto": "https", "X-Forwarded-Host": "api.example"}
     resp = await mend.client.get("/svc/r", allow_redirects=False, headers=headers)
     assert resp.headers["Location"] == "https://api.example/svc/get"

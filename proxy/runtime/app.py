@@ -17,6 +17,8 @@ from structlog.typing import FilteringBoundLogger
 from proxy.config.settings import Settings
 from proxy.edge.catalog import BASE as CATALOG_BASE
 from proxy.edge.catalog import Catalog, catalog_pages
+from proxy.edge.failures import HostNotAllowed
+from proxy.edge.hosts import allowed
 from proxy.edge.mcptools.mcp_server import ToolServers
 from proxy.edge.server import AgentServer, Limits
 from proxy.observation.logs import make_logger
@@ -75,8 +77,22 @@ class MendServer(AgentServer):
             if page is not None:
                 return self.proxy.served_locally(request, page, started)
         if (route := self.tools.route_for(request.path)) is not None:
+            if (refused := self._foreign(request)) is not None:
+                return refused
             return await self.tools.serve(request, route)
         return await self.proxy.handle(request)
+
+    def _foreign(self, request: web.BaseRequest) -> web.StreamResponse | None:
+        """mend's own MCP server (``mcp_tools``) refuses a ``Host`` or ``Origin`` its route does
+        not allow, as every MCP request through mend is (``proxy/edge/hosts.py``)."""
+        runtime = self.proxy.generation().route_for(request.rel_url.raw_path)
+        if runtime is None or not runtime.hosts.checked:
+            return None
+        try:
+            allowed(request, runtime.hosts)
+        except HostNotAllowed as failure:
+            return self.proxy.refuse(request, failure)
+        return None
 
     def pre_shutdown(self) -> None:
         # WebSocket sessions first: past this no new request is read, and a tunnel must end

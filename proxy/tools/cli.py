@@ -68,6 +68,26 @@ def _run_parser(sub: _Commands) -> None:
     run.add_argument(
         "--workers", type=int, help="processes sharing the agent port (SO_REUSEPORT); default 1"
     )
+    run.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="mend's URL as agents reach it (docs_url, redirects, protected-resource metadata)",
+    )
+    run.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="HOST",
+        help="a Host agents reach the route by (host, host:port, host:*, *; repeatable; with "
+        "--upstream): MCP requests naming another are refused (default: localhost forms, "
+        "--listen, --public-url's host)",
+    )
+    run.add_argument(
+        "--allowed-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="an Origin MCP requests may carry (https://app.example, http://localhost:*, *; "
+        "repeatable; with --upstream; default: the allowed hosts' origins)",
+    )
     run.add_argument("--no-default-packs", action="store_true", help="do not load rules/ packs")
     run.add_argument(
         "--no-watch",

@@ -43,6 +43,8 @@ def _settings_from_args(args: argparse.Namespace) -> tuple[Settings, ConfigSourc
         overrides["watch_rules"] = False
     if getattr(args, "workers", None):
         overrides["workers"] = args.workers
+    if getattr(args, "public_url", None):
+        overrides["public_url"] = args.public_url
     state = getattr(args, "state", None)
     if state and not args.config:
         overrides["state"] = state
@@ -63,6 +65,7 @@ def _settings_from_args(args: argparse.Namespace) -> tuple[Settings, ConfigSourc
             **_openapi_flags(args),
             **({"read_timeout": args.read_timeout} if args.read_timeout else {}),
             **({"connect_timeout": args.connect_timeout} if args.connect_timeout else {}),
+            **_host_flags(args),
         }
         settings = single_upstream(route, args.rules or [], overrides)
     except ValidationError as exc:
@@ -82,7 +85,19 @@ _SINGLE_ROUTE_FLAGS = {
     "connect_timeout": "--connect-timeout",
     "openapi": "--openapi",
     "validate_requests": "--validate-requests",
+    "allowed_host": "--allowed-host",
+    "allowed_origin": "--allowed-origin",
 }
+
+
+def _host_flags(args: argparse.Namespace) -> dict[str, object]:
+    """``--allowed-host`` and ``--allowed-origin`` as the single route's lists."""
+    out: dict[str, object] = {}
+    if getattr(args, "allowed_host", None):
+        out["allowed_hosts"] = args.allowed_host
+    if getattr(args, "allowed_origin", None):
+        out["allowed_origins"] = args.allowed_origin
+    return out
 
 
 def _single_route_flags_unused(args: argparse.Namespace) -> None:
@@ -128,6 +143,9 @@ _FLAGS = {
     "validate_requests": "--validate-requests",
     "mcp_tools": "--mcp-tools",
     "state": "--state",
+    "public_url": "--public-url",
+    "allowed_hosts": "--allowed-host",
+    "allowed_origins": "--allowed-origin",
 }
 
 

@@ -953,3 +953,17 @@ async def test_header_argument_reaches_the_api(
     async with agent(mend, "auto") as client:
         result = await client.call_tool("echo", {"X-Note": "café 日本"})
     assert result.structured_content == {"note": "café 日本"}
+
+
+async def test_a_foreign_host_is_refused(start_mend: StartMend, inventory: Inventory) -> None:
+    """mend's own MCP server refuses a DNS-rebinding ``Host`` as a proxied one is (CONTRACT §6):
+    403 ``HOST_NOT_ALLOWED``, no session made; ``localhost`` on any port passes."""
+    mend = await mend_for(start_mend, inventory)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    accept = {"Accept": "application/json, text/event-stream"}
+    resp = await mend.client.post("/mcp", json=body, headers={**accept, "Host": "evil.example"})
+    assert resp.status == 403
+    assert (await resp.json())["error"]["code"] == "HOST_NOT_ALLOWED"
+    assert "mcp-session-id" not in resp.headers
+    resp = await mend.client.post("/mcp", json=body, headers={**accept, "Host": "localhost:1"})
+    assert resp.status != 403

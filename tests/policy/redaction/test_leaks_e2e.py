@@ -34,10 +34,12 @@ LEAKING_HEADERS = {
     "X-Upstream-Addr": "10.0.9.9:8080-zqxhdrg",
     "X-Runtime": "0.31-zqxhdrh",
     "X-Application-Context": "orders-zqxhdri:prod:8080",
-    "WWW-Authenticate": 'Bearer realm="api", error="invalid_token", '
-    'error_uri="http://auth-zqxhdrj.internal/docs"',
 }
-HEADER_MARKERS = [f"zqxhdr{c}" for c in "abcdefghij"]
+HEADER_MARKERS = [f"zqxhdr{c}" for c in "abcdefghi"]
+#: a challenge is the client's to read, byte for byte (CONTRACT §3), internal host included
+CHALLENGE = (
+    'Bearer realm="api", error="invalid_token", error_uri="http://auth-zqxhdrj.internal/docs"'
+)
 
 
 def _leaked(markers: list[str], text: str) -> list[str]:
@@ -55,7 +57,8 @@ async def test_no_marker_of_a_leaking_body_reaches_the_agent(
     status = int(entry["status"])
 
     async def leak(_: web.Request) -> web.Response:
-        response = web.Response(body=body, status=status, headers=LEAKING_HEADERS)
+        headers = {**LEAKING_HEADERS, "WWW-Authenticate": CHALLENGE}
+        response = web.Response(body=body, status=status, headers=headers)
         response.headers["Content-Type"] = entry["content_type"]
         return response
 
@@ -78,6 +81,7 @@ async def test_no_marker_of_a_leaking_body_reaches_the_agent(
         assert "X-Error-Code" in resp.headers, accept
         assert _leaked(markers, text) == [], (accept, text)
         assert _leaked(markers, headers) == [], (accept, headers)
+        assert resp.headers.getall("WWW-Authenticate") == [CHALLENGE], accept
     # the operator's log keeps the upstream body for debugging, but never its secrets
     if status >= 400:
         assert any(line.get("upstream_body") for line in mend.log_lines())

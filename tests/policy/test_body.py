@@ -17,8 +17,8 @@ LIMIT = 64 << 10
 @pytest.mark.parametrize(
     ("encoding", "data"),
     [
-        ("gzip", gzip.compress(b'{"a": 1}')),
-        ("x-gzip", gzip.compress(b'{"a": 1}')),
+        ("gzip", gzip.compress(b'{"a": 1}', mtime=0)),
+        ("x-gzip", gzip.compress(b'{"a": 1}', mtime=0)),
         ("deflate", zlib.compress(b'{"a": 1}')),
         ("deflate", zlib.compress(b'{"a": 1}')[2:-4]),  # raw deflate, as some servers send
         ("br", brotli.compress(b'{"a": 1}')),

@@ -154,8 +154,9 @@ def speaks_mcp(request: web.BaseRequest, protocol: ProtocolName, call: Call | No
         return False
     if call is not None and call.hint is not None and call.hint.name is ProtocolName.MCP:
         return True
-    accept = request.headers.get("Accept", "")
-    return request.method == "POST" and "text/event-stream" in accept.lower()
+    if request.method != "POST":  # a GET stream or DELETE names MCP in its headers (above)
+        return False
+    return "text/event-stream" in request.headers.get("Accept", "").lower()
 
 
 def allowed(request: web.BaseRequest, hosts: Hosts) -> None:

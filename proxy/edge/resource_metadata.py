@@ -36,16 +36,14 @@ class NamedPaths:
     """The paths challenges named in ``resource_metadata``, as the agent will request them."""
 
     limit: int = MAX_NAMED
-    _paths: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    #: oldest first (read directly on every GET: no method call when it is empty)
+    paths: OrderedDict[str, None] = field(default_factory=OrderedDict)
 
     def remember(self, path: str) -> None:
-        self._paths[path] = None
-        self._paths.move_to_end(path)
-        while len(self._paths) > self.limit:
-            self._paths.popitem(last=False)
-
-    def __contains__(self, path: object) -> bool:
-        return path in self._paths
+        self.paths[path] = None
+        self.paths.move_to_end(path)
+        while len(self.paths) > self.limit:
+            self.paths.popitem(last=False)
 
 
 def requested(method: str, path: str, named: NamedPaths) -> bool:
@@ -54,9 +52,10 @@ def requested(method: str, path: str, named: NamedPaths) -> bool:
     if method != "GET":
         return False
     at = path.find(WELL_KNOWN)
-    return (at != -1 and path[at + len(WELL_KNOWN) : at + len(WELL_KNOWN) + 1] in ("", "/")) or (
-        path in named
-    )
+    if at != -1:
+        end = at + len(WELL_KNOWN)
+        return path[end : end + 1] in ("", "/")
+    return bool(named.paths) and path in named.paths
 
 
 def rewritten(raw: bytes, origin: UpstreamOrigin, agent_base: str) -> bytes | None:

@@ -42,6 +42,8 @@ LOOPBACK = ("localhost", "127.0.0.1", "[::1]")
 #: Listen addresses that are every interface: they name no host an agent uses.
 WILDCARDS = frozenset({"", "0.0.0.0", "::", "[::]"})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+#: what a ``Host`` written into a URL may hold: a name or an address and a port, nothing else
+_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +129,11 @@ class Hosts:
         return None
 
     def named(self, host: str | None) -> str | None:
-        """``host`` when mend may write it into a URL, else ``None``."""
-        return host if host and self.hosts.match(host) else None
+        """``host`` when mend may write it into a URL (allowed, and a plain host and port even
+        where ``*`` allows any), else ``None``."""
+        if not host or not _HOST_CHARS.issuperset(host) or not self.hosts.match(host):
+            return None
+        return host
 
 
 def defaults(listen: str, public_url: str | None) -> tuple[str, ...]:

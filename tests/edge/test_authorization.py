@@ -338,3 +338,16 @@ async def test_a_resource_servers_json_error_is_still_an_envelope(
     mend = await start_mend(upstream)
     resp = await mend.client.post("/token", json={"grant_type": "refresh_token"})
     assert (await resp.json())["error"]["code"] == "TOKEN_EXPIRED"
+
+
+async def test_any_host_allowed_still_writes_only_a_plain_host(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """With ``allowed_hosts: ["*"]`` a ``Host`` that is not a plain host and port is never
+    written into a URL: the redirect is a path."""
+    upstream = await start_upstream(Resource().routes())
+    mend = await start_mend(upstream, route={"allowed_hosts": ["*"]})
+    odd = await mend.client.get("/login", allow_redirects=False, headers={"Host": "a.b@evil/x"})
+    assert odd.headers["Location"] == "/next"
+    plain = await mend.client.get("/login", allow_redirects=False, headers={"Host": "api.corp"})
+    assert plain.headers["Location"] == "http://api.corp/next"

@@ -78,28 +78,25 @@ async def test_the_model_is_handed_the_plan_for_a_failing_tool(start_mend: Start
     assert '"field":"/timezone"' in proxied
 
 
-async def test_the_toolset_connects_as_fast_through_mend(start_mend: StartMend) -> None:
-    """Connecting pydantic-ai's toolset to an SDK 2.x server costs about the same through mend
-    as direct."""
+async def test_the_toolset_connects_through_mend(start_mend: StartMend) -> None:
+    """pydantic-ai's toolset connects to an SDK 2.x server through mend and gets the tool's
+    answer, as direct (speed is the bench's to measure, not a timed test's)."""
     async with time_server_behind_mend(start_mend) as (direct_url, mend_url):
-        direct_s, _ = await handed_back(direct_url, "get_current_time", {"timezone": "UTC"})
-        proxied_s, _ = await handed_back(mend_url, "get_current_time", {"timezone": "UTC"})
-    assert proxied_s < max(2 * direct_s, direct_s + 0.5), (proxied_s, direct_s)
+        _, direct = await handed_back(direct_url, "get_current_time", {"timezone": "UTC"})
+        _, proxied = await handed_back(mend_url, "get_current_time", {"timezone": "UTC"})
+    assert "UTC" in direct
+    assert "UTC" in proxied, proxied
 
 
 async def test_the_toolset_connects_to_an_sdk1_server_through_mend(
     start_mend: StartMend, sdk1: Path
 ) -> None:
-    """On an SDK 1.x server (its 400 to server/discover kept a 400 with the request's id) the
-    toolset connects through mend as fast as direct, and a tool failure reaches the model as
-    a plan."""
+    """On an SDK 1.x server the toolset connects through mend, and a tool failure reaches the
+    model as a plan. (That the server/discover probe is not slowed down is pinned by its
+    mechanism: test_mcp.py::test_an_sdk1_servers_discover_refusal_keeps_its_status_and_id.)"""
     async with sdk1_server(sdk1, json_response=True) as upstream:
         mend = await start_mend(upstream)
-        direct_s, _ = await handed_back(
-            f"{upstream}/mcp", "create_issue", {"title": "t", "priority": 1}
-        )
-        proxied_s, proxied = await handed_back(
+        _, proxied = await handed_back(
             str(mend.client.make_url("/mcp")), "create_issue", {"title": "explode", "priority": 1}
         )
-    assert proxied_s < max(2 * direct_s, direct_s + 0.5), (proxied_s, direct_s)
     assert proxied.startswith("Error TOOL_FAILED")

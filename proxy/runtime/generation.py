@@ -58,9 +58,7 @@ class RouteRuntime:
         timeout = Timeouts(connect=route.connect_timeout, read=route.read_timeout)
         redirects = UpstreamOrigin.of(route.upstream) if route.rewrite_redirects else None
         origin = Origin.parse(route.upstream)
-        hosts = Hosts.of(
-            settings.listen, settings.public_url, route.allowed_hosts, route.allowed_origins
-        )
+        hosts = route_hosts(settings, route)
         return cls(
             route, origin, host, timeout, redirects, below(route.prefix), hosts, NamedPaths()
         )
@@ -194,13 +192,18 @@ def _same_connections(old: Route, new: Route) -> bool:
     return old.tls is None and new.tls is None and old.upstream == new.upstream
 
 
+def route_hosts(settings: Settings, route: Route) -> Hosts:
+    """The hosts and origins ``route`` is reached by, in ``settings`` (``edge/hosts.py``)."""
+    return Hosts.of(
+        settings.listen, settings.public_url, route.allowed_hosts, route.allowed_origins
+    )
+
+
 def unverified(settings: Settings, logger: FilteringBoundLogger) -> None:
     """``verify: false`` is a warning each time a configuration with it comes into force; so is
     an MCP route whose hosts mend cannot check (``proxy/edge/hosts.py``)."""
     for route in settings.routes:
-        hosts = Hosts.of(
-            settings.listen, settings.public_url, route.allowed_hosts, route.allowed_origins
-        )
+        hosts = route_hosts(settings, route)
         if route.protocol is ProtocolName.MCP and not hosts.checked:
             logger.warning(
                 "mcp_hosts_unchecked",

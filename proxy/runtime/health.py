@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiohttp
 from structlog.typing import FilteringBoundLogger
@@ -29,8 +30,8 @@ from proxy.edge.target import Origin
 @dataclass
 class ProbeSessions:
     """One aiohttp ``ClientSession`` per checked route, made when first probed, with the route's
-    TLS. Probes stay on aiohttp (the admin side, off the request path): their failure reasons
-    (``ClientConnectorError``...) are what ``/readyz`` has always said."""
+    TLS. Probes stay on aiohttp (the admin side, off the request path); ``in_words`` says their
+    failures as an operator reads them."""
 
     tls: dict[str, ClientTLS] = field(default_factory=dict)
     _sessions: dict[str, aiohttp.ClientSession] = field(default_factory=dict)
@@ -60,6 +61,49 @@ class ProbeSessions:
         self._sessions.clear()
         for session in sessions:
             await session.close()
+
+
+def _cause(error: OSError) -> str:
+    """The operating system's words for an errno (asyncio's own text names the address again)."""
+    if error.errno:
+        return os.strerror(error.errno).lower()
+    return (error.strerror or "connection failed").lower()
+
+
+def _connect(exc: aiohttp.ClientConnectorError) -> str:
+    return f"cannot connect to {exc.host}:{exc.port}: {_cause(exc.os_error)}"
+
+
+# A probe's failure in words, first match wins (subclasses before their bases); the fallback
+# after the table. What ``/readyz`` and the ``upstream_health`` log line say.
+_IN_WORDS: tuple[tuple[type[BaseException], Callable[[Any], str]], ...] = (
+    (
+        aiohttp.ClientConnectorCertificateError,
+        lambda e: f"TLS certificate not accepted: {e.certificate_error}",
+    ),
+    (aiohttp.ClientSSLError, lambda e: "TLS handshake failed"),
+    (aiohttp.ClientConnectorDNSError, lambda e: f"cannot resolve {e.host}"),
+    (aiohttp.ClientConnectorError, _connect),
+    (
+        aiohttp.ServerDisconnectedError,
+        lambda e: "the upstream closed the connection without answering",
+    ),
+    (aiohttp.ClientPayloadError, lambda e: "the upstream's answer was cut short"),
+    (
+        aiohttp.ClientResponseError,
+        lambda e: f"the upstream's answer could not be read: {e.message}",
+    ),
+    (OSError, _cause),
+)
+
+
+def in_words(exc: aiohttp.ClientError | OSError) -> str:
+    """A probe's failure as an operator reads it, not the library's class name
+    (``ClientConnectorError``)."""
+    for kind, say in _IN_WORDS:
+        if isinstance(exc, kind):
+            return say(exc)
+    return "the probe failed"
 
 
 @dataclass
@@ -105,7 +149,7 @@ class HealthChecks:
         except TimeoutError:
             return False, f"no answer within {check.timeout_s:g} s"
         except (aiohttp.ClientError, OSError) as exc:
-            return False, type(exc).__name__
+            return False, in_words(exc)
         if 200 <= response.status < 400:
             return True, f"status {response.status}"
         return False, f"status {response.status}"

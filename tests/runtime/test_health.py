@@ -33,11 +33,17 @@ def _get(url: str) -> tuple[int, dict[str, Any]]:
         return exc.code, json.loads(exc.read())
 
 
-def _until(mend: MendProcess, path: str, status: int, limit: float = 5.0) -> dict[str, Any]:
+def _probed(body: dict[str, Any]) -> bool:
+    """Every route /readyz names has been probed at least once (a route not checked yet counts as
+    unready too, so a 503 alone does not say the probe has run)."""
+    return all(entry["healthy"] is not None for entry in body.get("unhealthy", []))
+
+
+def _until(mend: MendProcess, path: str, status: int, limit: float = 10.0) -> dict[str, Any]:
     deadline = time.monotonic() + limit
     while True:
         got, body = _get(f"http://127.0.0.1:{mend.admin_port}{path}")
-        if got == status:
+        if got == status and _probed(body):
             return body
         assert time.monotonic() < deadline, (got, body)
         time.sleep(0.1)
@@ -88,7 +94,36 @@ def test_a_dead_upstream_makes_mend_unready(tmp_path: Path) -> None:
     with mend_process(tmp_path, config) as mend:
         body = _until(mend, "/readyz", 503)
         assert [entry["route"] for entry in body["unhealthy"]] == ["dead"]
-        assert body["unhealthy"][0]["reason"] == "ClientConnectorError"
+        assert body["unhealthy"][0]["reason"] == (
+            f"cannot connect to 127.0.0.1:{dead}: connection refused"
+        )
+
+
+def test_a_route_not_probed_yet_is_unready_and_says_so(tmp_path: Path) -> None:
+    """Before its first probe has answered, a checked route makes /readyz 503 with the reason
+    "not checked yet" and ``healthy: null`` (the probe here waits on an upstream that never
+    answers, within a long timeout)."""
+    with raw_server(_silent) as upstream:
+        config = {
+            "watch_rules": False,
+            "routes": [
+                {
+                    "name": "slow",
+                    "upstream": f"http://127.0.0.1:{upstream.port}",
+                    "health_check": {"path": "/", "interval_s": 30, "timeout_s": 30},
+                },
+            ],
+        }
+        with mend_process(tmp_path, config) as mend:
+            got, body = _get(f"http://127.0.0.1:{mend.admin_port}/readyz")
+    assert got == 503
+    assert body["unhealthy"] == [{"route": "slow", "healthy": None, "reason": "not checked yet"}]
+
+
+async def _silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Reads the probe's head and never answers."""
+    await read_head(reader)
+    await asyncio.sleep(60)
 
 
 def test_no_health_check_means_ready(tmp_path: Path) -> None:

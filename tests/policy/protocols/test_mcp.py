@@ -293,6 +293,52 @@ async def test_progress_notifications_stream_through_with_their_spacing(
     assert sorted(gaps)[len(gaps) // 2] > PROGRESS_GAP_S * 0.5  # not delivered in one burst
 
 
+def handshake_server(seen: asyncio.Event) -> MCPServer:
+    """A tool that reports progress, then waits (10 s at most) until the client has seen it."""
+    server = MCPServer("handshake")
+
+    @server.tool()
+    async def wait_for_ack(ctx: Context[Any, Any]) -> str:
+        """Report progress once, then finish only when the client says it arrived."""
+        await ctx.report_progress(1, 2, "halfway")
+        try:
+            await asyncio.wait_for(seen.wait(), 10)
+        except TimeoutError:
+            return "the progress notification was held"
+        return "the client saw the progress as it was sent"
+
+    return server
+
+
+async def _handshake(url: str, seen: asyncio.Event) -> tuple[str, list[str | None]]:
+    messages: list[str | None] = []
+
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
+        messages.append(message)
+        seen.set()
+
+    async with session(url) as client:
+        result = await client.call_tool("wait_for_ack", {}, progress_callback=progress)
+    seen.clear()
+    first = result.content[0]
+    assert first.type == "text"
+    return first.text, messages
+
+
+async def test_progress_reaches_the_client_before_the_result_on_a_success_rules_route(
+    start_mend: StartMend,
+) -> None:
+    """On a route with ``success_rules: [jsonrpc.*]`` (every 2xx read by rules) a tool's
+    progress notification still reaches the client while the tool runs, as it does direct: the
+    tool finishes only once the client has seen it, so a held stream would time the tool out."""
+    seen = asyncio.Event()
+    async with serving(handshake_server(seen), json_response=False) as upstream:
+        mend = await start_mend(upstream, route={"success_rules": ("jsonrpc.*",)})
+        direct = await _handshake(f"{upstream}/mcp", seen)
+        proxied = await _handshake(through(mend), seen)
+    assert direct == proxied == ("the client saw the progress as it was sent", ["halfway"])
+
+
 @pytest.mark.parametrize("json_response", ANSWERS, ids=ANSWER_IDS)
 async def test_a_successful_call_is_byte_for_byte_what_the_server_sent(
     start_mend: StartMend, json_response: bool

@@ -17,6 +17,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from proxy import __version__
 from proxy.policy.envelope import Envelope
 
+#: prometheus-client's multiprocess mode: the directory ``--workers`` share (set by the
+#: supervisor); each worker also writes its unexplained shapes there
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
 _LATENCY_BUCKETS = (
     0.0005,
     0.001,

@@ -71,6 +71,14 @@ class Linear:
         except UnicodeEncodeError:
             return cast("Match | None", self._re2.fullmatch(encodable(text)))
 
+    def sub(self, replacement: str, text: str) -> str:
+        """Every match in ``text`` replaced by ``replacement`` (taken literally)."""
+        literal = replacement.replace("\\", "\\\\")
+        try:
+            return cast(str, self._re2.sub(literal, text))
+        except UnicodeEncodeError:
+            return cast(str, self._re2.sub(literal, encodable(text)))
+
 
 def escape(text: str) -> str:
     """``text`` as an RE2 pattern that matches it literally."""

@@ -27,6 +27,7 @@ from proxy.policy.crosscall.view import CrossCall
 from proxy.policy.protocols.detect import Detector, default_protocols
 from proxy.policy.ruleengine import Engine, RuleStore
 from proxy.runtime.proxy import SESSION_PATH, Proxy
+from proxy.runtime.unexplained import Unexplained
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is on (proxy/observation/tracing.py)
     from proxy.observation.traces import Tracer
@@ -121,6 +122,7 @@ def create_app(
     engine: Engine | None = None,
     source: Callable[[], Settings] | None = None,
     tracer: Tracer | None = None,
+    unexplained: Unexplained | None = None,
 ) -> MendServer:
     """The agent-facing server (serve it with ``proxy.edge.server.Listener``). May raise
     ``RuleError``.
@@ -132,7 +134,8 @@ def create_app(
     metrics.reloaded(True, store.engine.rule_count)
     logger = logger or make_logger()
     crosscall = CrossCall(settings.session, settings.state, settings.circuit, registry, logger)
-    proxy = Proxy(store, metrics, logger, Detector(default_protocols()), crosscall, tracer)
+    detector = Detector(default_protocols())
+    proxy = Proxy(store, metrics, logger, detector, crosscall, tracer, unexplained)
     catalog = Catalog(store)
     store.on_reload.append(catalog.refresh)
     tools = tool_servers(proxy)

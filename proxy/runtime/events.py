@@ -59,7 +59,7 @@ class EventStream:
         self,
         flow: Flow,
         ruleset: RuleSet,
-        review: Step,
+        steps: tuple[Step, ...],
         count: Count,
         own: OwnFailures,
     ) -> None:
@@ -68,8 +68,9 @@ class EventStream:
         assert call.protocol is not None
         self.flow, self.call, self.protocol = flow, call, call.protocol
         self.ruleset, self.own = ruleset, own
-        #: the envelope steps an event's errors take: each is rendered into its own event
-        self.steps: tuple[Step, ...] = (review, count)
+        #: the envelope steps an event's errors take (the review, the count, the unexplained
+        #: shapes): each is then rendered into its own event
+        self.steps = steps
         self.count = count
         self.retry_safety = own.retry_safety
         #: every event is read: the tools' annotations are in one (an MCP ``tools/list``)

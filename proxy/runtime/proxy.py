@@ -29,6 +29,7 @@ from proxy.edge.target import upstream_target
 from proxy.edge.upstream import UpstreamError
 from proxy.observation.metrics import Metrics, RepeatTracker
 from proxy.observation.request_id import request_id
+from proxy.observation.shapes import ShapeBook
 from proxy.policy import oauth_client
 from proxy.policy import upstream_body as bodies
 from proxy.policy.crosscall.view import CrossCall
@@ -50,6 +51,7 @@ from proxy.runtime.generation import Generation, Generations, unverified
 from proxy.runtime.inspection import bare_call, classify, metadata_requested
 from proxy.runtime.own_failures import OwnFailures, judge
 from proxy.runtime.record import Recorder
+from proxy.runtime.unexplained import Unexplained
 from proxy.runtime.websockets import WebSockets
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is on (proxy/observation/tracing.py)
@@ -68,6 +70,7 @@ class Proxy:
         detector: Detector,
         crosscall: CrossCall,
         tracer: Tracer | None = None,
+        unexplained: Unexplained | None = None,
     ) -> None:
         self.store, self.metrics, self.log, self.detector = store, metrics, logger, detector
         #: repeats, session patterns and circuits: what one call cannot see (proxy/policy/crosscall)
@@ -89,12 +92,17 @@ class Proxy:
         self.review, self.count = Review(crosscall), Count(metrics, RepeatTracker())
         self.reply = Reply(metrics, Negotiator())
         #: the envelope steps after a match, in order (``proxy/runtime/envelope_steps.py``)
+        #: what only a built-in fallback explained, by shape (``proxy/runtime/unexplained.py``)
+        self.unexplained = unexplained or Unexplained(ShapeBook())
         self.after_match: tuple[Step, ...] = (
             self.review,
             self.count,
+            self.unexplained,
             Enrich(self.openapi),
             self.reply,
         )
+        #: the steps an event stream's errors take (``proxy/runtime/events.py``)
+        self.event_steps: tuple[Step, ...] = (self.review, self.count, self.unexplained)
 
     def generation(self) -> Generation:
         """The configuration in force: the last one the store loaded."""
@@ -221,7 +229,7 @@ class Proxy:
             inspection = classify(flow, ruleset, self.detector)
             call = flow.call
             if inspection is Inspection.EVENTS and call is not None and call.protocol:
-                events = EventStream(flow, ruleset, self.review, self.count, self.own)
+                events = EventStream(flow, ruleset, self.event_steps, self.count, self.own)
                 await events.run(self._stream)
             elif inspection is Inspection.NONE:
                 flow.answered(await self._stream(flow), "passthrough")

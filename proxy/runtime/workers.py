@@ -16,6 +16,7 @@ import shutil
 import signal
 import tempfile
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, multiprocess
@@ -26,11 +27,12 @@ from proxy.config.sources import ConfigSource
 from proxy.config.yamlfile import RuleError
 from proxy.edge.tls import ListenerCertificate
 from proxy.observation.logs import make_logger, route_stdlib_logging
+from proxy.observation.metrics import MULTIPROC_ENV
+from proxy.observation.shapes import ShapeLimits
 from proxy.policy.ruleengine import Loaded
 from proxy.runtime.admin import admin_application, rules_listing
+from proxy.runtime.admin_shapes import add_shape_routes, from_workers
 from proxy.runtime.health import health_checks
-
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def _worker_main(settings_json: str, source: ConfigSource | None) -> None:
@@ -194,9 +196,11 @@ class Supervisor:
                 return web.json_response({"problems": list(exc.problems)}, status=422)
             return web.json_response({"rules": rules_listing(loaded.engine.rules)})
 
-        return admin_application(
-            registry, readyz=readyz, reload=reload, token=self.settings.admin_token, rules=rules
-        )
+        token = self.settings.admin_token
+        app = admin_application(registry, readyz=readyz, reload=reload, token=token, rules=rules)
+        shapes = from_workers(Path(self.metrics_dir), ShapeLimits())
+        add_shape_routes(app, shapes, token)
+        return app
 
     async def run(self) -> None:
         self.workers = [self.start_worker() for _ in range(self.settings.workers)]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from proxy import __version__
 from proxy.config.choices import ProtocolName
-from proxy.tools import check_command, explain_command, run_command
+from proxy.tools import check_command, explain_command, run_command, suggest_command
 
 if TYPE_CHECKING:  # generic for type checkers only
     #: What ``add_subparsers`` returns: each command's parser is added to it.
@@ -194,6 +194,27 @@ def _explain_parser(sub: _Commands) -> None:
     exp.set_defaults(handler=explain_command.explain)
 
 
+def _suggest_parser(sub: _Commands) -> None:
+    """``mend suggest``'s flags."""
+    suggest = sub.add_parser(
+        "suggest", help="rules proposed for the errors only a fallback explained"
+    )
+    suggest.add_argument(
+        "--admin",
+        default="127.0.0.1:9464",
+        help="the running mend's admin port, HOST:PORT or URL (default 127.0.0.1:9464)",
+    )
+    suggest.add_argument(
+        "--token", help="the admin token, when one is set (default: $MEND_ADMIN_TOKEN)"
+    )
+    suggest.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write DIR/<name>.yaml and DIR/tests/<name>.yaml instead of printing them",
+    )
+    suggest.set_defaults(handler=suggest_command.suggest)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mend", description="Turns legacy API errors into agent-readable envelopes."
@@ -205,6 +226,7 @@ def _parser() -> argparse.ArgumentParser:
     _test_parser(sub)
     _config_parser(sub)
     _explain_parser(sub)
+    _suggest_parser(sub)
     return parser
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import Iterable
 
 import orjson
 from aiohttp import web
@@ -17,7 +16,9 @@ from structlog.typing import FilteringBoundLogger
 from proxy.config.yamlfile import RuleError
 from proxy.observation.logs import make_logger
 from proxy.policy.ruleengine import RuleStore
-from proxy.policy.ruleset import Rule
+from proxy.runtime.admin_page import READ_ONLY_POSTS, add_cockpit_routes
+from proxy.runtime.books import Books
+from proxy.runtime.cockpit import MAX_PLAYGROUND_BODY, process_cockpit
 from proxy.runtime.health import HealthChecks
 from proxy.runtime.watch import reload_rules
 
@@ -26,15 +27,16 @@ async def healthz(_: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
-def bearer_guard(token: str) -> Middleware:
-    """A middleware that lets a mutating request (not GET or HEAD) through only with
-    ``Authorization: Bearer <token>``; reads (``/metrics``, health) stay open, as Prometheus
-    and the kubelet expect. Compared in constant time."""
+def bearer_guard(token: str, reads: frozenset[str] = frozenset()) -> Middleware:
+    """A middleware that lets a mutating request (not GET or HEAD, nor a POST to one of
+    ``reads``, which changes nothing) through only with ``Authorization: Bearer <token>``; reads
+    (``/metrics``, health) stay open, as Prometheus and the kubelet expect, or are guarded by
+    their own handlers. Compared in constant time."""
     expected = f"Bearer {token}".encode()
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.method in ("GET", "HEAD"):
+        if request.method in ("GET", "HEAD") or request.path in reads:
             return await handler(request)
         given = request.headers.get("Authorization", "").encode("utf-8", "replace")
         if not hmac.compare_digest(given, expected):
@@ -48,29 +50,12 @@ def bearer_guard(token: str) -> Middleware:
     return guard
 
 
-def rules_listing(rules: Iterable[Rule]) -> list[dict[str, object]]:
-    """Every rule in force, in order, with its ``file:line``: the operator's view of what the
-    agent port's catalog lists by id only."""
-    return [
-        {
-            "id": rule.id,
-            "pack": rule.pack,
-            "source": rule.source,
-            "code": rule.envelope.spec.code,
-            "category": rule.envelope.spec.category.value,
-            "description": rule.description,
-        }
-        for rule in rules
-    ]
-
-
 def admin_application(
     registry: CollectorRegistry,
     *,
     readyz: Handler,
     reload: Handler,
     token: str | None = None,
-    rules: Handler | None = None,
 ) -> web.Application:
     """The admin port's routes.
 
@@ -78,13 +63,12 @@ def admin_application(
     reload reaches the rules. With ``token`` (``admin_token``, ``MEND_ADMIN_TOKEN``), mutating
     endpoints need it as a bearer token.
     """
-    app = web.Application(middlewares=[bearer_guard(token)] if token else [])
+    guards = [bearer_guard(token, READ_ONLY_POSTS)] if token else []
+    app = web.Application(middlewares=guards, client_max_size=2 * MAX_PLAYGROUND_BODY)
     app.router.add_get("/metrics", make_aiohttp_handler(registry))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_post("/-/reload", reload)
-    if rules is not None:
-        app.router.add_get("/rules", rules)
     return app
 
 
@@ -94,7 +78,9 @@ def create_admin_app(
     logger: FilteringBoundLogger | None = None,
     token: str | None = None,
     health: HealthChecks | None = None,
+    books: Books | None = None,
 ) -> web.Application:
+    """One process's admin port: its readiness, its reloads, and the page over its books."""
     log = logger or make_logger()
 
     async def readyz(_: web.Request) -> web.Response:
@@ -119,7 +105,7 @@ def create_admin_app(
             )
         return web.json_response({"status": "reloaded", "rules": engine.rule_count})
 
-    async def rules(_: web.Request) -> web.Response:
-        return web.json_response({"rules": rules_listing(store.engine.rules)})
-
-    return admin_application(registry, readyz=readyz, reload=reload, token=token, rules=rules)
+    app = admin_application(registry, readyz=readyz, reload=reload, token=token)
+    cockpit = process_cockpit(store, registry, health, books or Books())
+    add_cockpit_routes(app, cockpit, token)
+    return app

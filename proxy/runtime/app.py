@@ -26,8 +26,8 @@ from proxy.observation.metrics import Metrics
 from proxy.policy.crosscall.view import CrossCall
 from proxy.policy.protocols.detect import Detector, default_protocols
 from proxy.policy.ruleengine import Engine, RuleStore
+from proxy.runtime.books import Books
 from proxy.runtime.proxy import SESSION_PATH, Proxy
-from proxy.runtime.unexplained import Unexplained
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is on (proxy/observation/tracing.py)
     from proxy.observation.traces import Tracer
@@ -122,7 +122,7 @@ def create_app(
     engine: Engine | None = None,
     source: Callable[[], Settings] | None = None,
     tracer: Tracer | None = None,
-    unexplained: Unexplained | None = None,
+    books: Books | None = None,
 ) -> MendServer:
     """The agent-facing server (serve it with ``proxy.edge.server.Listener``). May raise
     ``RuleError``.
@@ -135,7 +135,7 @@ def create_app(
     logger = logger or make_logger()
     crosscall = CrossCall(settings.session, settings.state, settings.circuit, registry, logger)
     detector = Detector(default_protocols())
-    proxy = Proxy(store, metrics, logger, detector, crosscall, tracer, unexplained)
+    proxy = Proxy(store, metrics, logger, detector, crosscall, tracer, books)
     catalog = Catalog(store)
     store.on_reload.append(catalog.refresh)
     tools = tool_servers(proxy)

@@ -29,7 +29,6 @@ from proxy.edge.target import upstream_target
 from proxy.edge.upstream import UpstreamError
 from proxy.observation.metrics import Metrics, RepeatTracker
 from proxy.observation.request_id import request_id
-from proxy.observation.shapes import ShapeBook
 from proxy.policy import oauth_client
 from proxy.policy import upstream_body as bodies
 from proxy.policy.crosscall.view import CrossCall
@@ -43,9 +42,11 @@ from proxy.policy.retry_safety import RetrySafety
 from proxy.policy.ruleengine import RuleStore
 from proxy.policy.ruleset import RuleSet
 from proxy.runtime import envelope_steps
+from proxy.runtime.books import Books
 from proxy.runtime.circuit_gate import CircuitGate
 from proxy.runtime.envelope_steps import Count, Enrich, Reply, Review, Step
 from proxy.runtime.events import EventStream, lists_tools
+from proxy.runtime.failures import Recent
 from proxy.runtime.flow import GENERATION, Flow
 from proxy.runtime.generation import Generation, Generations, unverified
 from proxy.runtime.inspection import bare_call, classify, metadata_requested
@@ -70,7 +71,7 @@ class Proxy:
         detector: Detector,
         crosscall: CrossCall,
         tracer: Tracer | None = None,
-        unexplained: Unexplained | None = None,
+        books: Books | None = None,
     ) -> None:
         self.store, self.metrics, self.log, self.detector = store, metrics, logger, detector
         #: repeats, session patterns and circuits: what one call cannot see (proxy/policy/crosscall)
@@ -92,14 +93,16 @@ class Proxy:
         self.review, self.count = Review(crosscall), Count(metrics, RepeatTracker())
         self.reply = Reply(metrics, Negotiator())
         #: the envelope steps after a match, in order (``proxy/runtime/envelope_steps.py``)
-        #: what only a built-in fallback explained, by shape (``proxy/runtime/unexplained.py``)
-        self.unexplained = unexplained or Unexplained(ShapeBook())
+        #: the operator's books: what only a fallback explained, the last failures
+        self.books = books or Books()
+        self.unexplained = Unexplained(self.books)
         self.after_match: tuple[Step, ...] = (
             self.review,
             self.count,
             self.unexplained,
             Enrich(self.openapi),
             self.reply,
+            Recent(self.books),
         )
         #: the steps an event stream's errors take (``proxy/runtime/events.py``)
         self.event_steps: tuple[Step, ...] = (self.review, self.count, self.unexplained)

@@ -37,13 +37,11 @@ from proxy.edge.tls import ListenerCertificate, reload_counter
 from proxy.observation import tracing
 from proxy.observation.logs import LineWriter, make_logger, route_stdlib_logging
 from proxy.observation.metrics import MULTIPROC_ENV
-from proxy.observation.shapes import ShapeBook
 from proxy.policy.ruleengine import Engine, RuleStore
 from proxy.runtime.admin import create_admin_app
-from proxy.runtime.admin_shapes import add_shape_routes
 from proxy.runtime.app import create_app
+from proxy.runtime.books import Books, books_file
 from proxy.runtime.health import health_checks
-from proxy.runtime.unexplained import Unexplained, spill_file
 from proxy.runtime.watch import RuleWatcher, reload_rules
 
 #: Request log lines reach stdout at most this late (warnings and errors at once): see LineWriter.
@@ -210,10 +208,10 @@ async def _open(agent: _Agent, sites: list[_Site], store: RuleStore, *, worker: 
         await web.TCPSite(runner, host, port, backlog=1024, ssl_context=_tls(cert, store)).start()
 
 
-def _unexplained(*, worker: bool) -> Unexplained:
-    """The unexplained shapes' book; a worker's is written where its supervisor reads it."""
+def _books(*, worker: bool) -> Books:
+    """The operator's books; a worker's are written where its supervisor reads them."""
     directory = os.environ.get(MULTIPROC_ENV) if worker else None
-    return Unexplained(ShapeBook(), spill_file(Path(directory)) if directory else None)
+    return Books(file=books_file(Path(directory)) if directory else None)
 
 
 async def _serve(
@@ -241,7 +239,7 @@ async def _serve(
         engine=engine,
         source=_reader(source, nofile),
         tracer=tracing.start(traced),
-        unexplained=_unexplained(worker=worker),
+        books=_books(worker=worker),
     )
     store = server.proxy.store
     store.on_reload.append(settle_after_reloads(loop))
@@ -256,8 +254,8 @@ async def _serve(
     agent: _Agent = (Listener(server, grace), settings.listen, certificate)
     sites: list[_Site] = []
     if not worker:
-        admin = create_admin_app(store, registry, logger, token=settings.admin_token, health=health)
-        add_shape_routes(admin, server.proxy.unexplained.book.entries, settings.admin_token)
+        token, books = settings.admin_token, server.proxy.books
+        admin = create_admin_app(store, registry, logger, token=token, health=health, books=books)
         sites.append(
             (
                 web.AppRunner(admin, access_log=None, shutdown_timeout=grace),

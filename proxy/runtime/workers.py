@@ -28,11 +28,12 @@ from proxy.config.yamlfile import RuleError
 from proxy.edge.tls import ListenerCertificate
 from proxy.observation.logs import make_logger, route_stdlib_logging
 from proxy.observation.metrics import MULTIPROC_ENV
-from proxy.observation.shapes import ShapeLimits
 from proxy.policy.ruleengine import Loaded
-from proxy.runtime.admin import admin_application, rules_listing
-from proxy.runtime.admin_shapes import add_shape_routes, from_workers
+from proxy.runtime.admin import admin_application
+from proxy.runtime.admin_page import add_cockpit_routes
+from proxy.runtime.cockpit import Cockpit, Sources, workers_books
 from proxy.runtime.health import health_checks
+from proxy.runtime.reloads import ReloadLog
 
 
 def _worker_main(settings_json: str, source: ConfigSource | None) -> None:
@@ -68,6 +69,9 @@ class Supervisor:
         self.workers: list[BaseProcess] = []
         self.stopping = False
         self.health = health_checks(settings, logger)
+        #: the rules the workers load, loaded here when the admin page first asks
+        self._loaded: Loaded | None = None
+        self.reloads = ReloadLog()
         #: the admin port's certificate (the workers serve the agent port's)
         self.certificate = ListenerCertificate.for_listener(settings, "admin", logger)
 
@@ -85,6 +89,21 @@ class Supervisor:
         settings = self.source.load() if self.source is not None else self.settings
         return Loaded.load(settings)
 
+    def loaded(self) -> Loaded:
+        """The rules the workers have, as the admin page shows them (``RuleError``)."""
+        if self._loaded is None:
+            self._loaded = self.validate()
+        return self._loaded
+
+    def reloaded(self, outcome: Loaded | RuleError) -> None:
+        """A reload's outcome, for the page: the new rules, or the problems that kept the old."""
+        if isinstance(outcome, RuleError):
+            rules = self._loaded.engine.rule_count if self._loaded else 0
+            self.reloads.add(False, rules, outcome.problems)
+            return
+        self._loaded = outcome
+        self.reloads.add(True, outcome.engine.rule_count)
+
     def follow(self, settings: Settings) -> None:
         """The supervisor's own checks follow a reloaded config's routes (on the loop)."""
         checked = tuple(r for r in settings.routes if r.health_check is not None)
@@ -100,8 +119,10 @@ class Supervisor:
     async def _follow_config(self) -> None:
         try:
             loaded = await asyncio.to_thread(self.validate)
-        except RuleError:
+        except RuleError as exc:
+            self.reloaded(exc)
             return  # each worker logs and counts the same problems
+        self.reloaded(loaded)
         self.follow(loaded.settings)
 
     def reload_all(self) -> None:
@@ -172,6 +193,7 @@ class Supervisor:
             try:
                 loaded = await asyncio.to_thread(self.validate)
             except RuleError as exc:
+                self.reloaded(exc)
                 self.log.error(
                     "rules_reload_rejected", trigger="admin", problems=list(exc.problems)
                 )
@@ -182,24 +204,24 @@ class Supervisor:
                     {"status": "rejected", "problems": list(exc.problems)}, status=422
                 )
             self.reload_all()
+            self.reloaded(loaded)
             self.follow(loaded.settings)
             rules = loaded.engine.rule_count
             return web.json_response(
                 {"status": "reloaded", "rules": rules, "workers": len(self.workers)}
             )
 
-        async def rules(_: web.Request) -> web.Response:
-            # the supervisor holds no engine: load the rules as the workers do (admin-only, rare)
-            try:
-                loaded = await asyncio.to_thread(self.validate)
-            except RuleError as exc:
-                return web.json_response({"problems": list(exc.problems)}, status=422)
-            return web.json_response({"rules": rules_listing(loaded.engine.rules)})
-
         token = self.settings.admin_token
-        app = admin_application(registry, readyz=readyz, reload=reload, token=token, rules=rules)
-        shapes = from_workers(Path(self.metrics_dir), ShapeLimits())
-        add_shape_routes(app, shapes, token)
+        app = admin_application(registry, readyz=readyz, reload=reload, token=token)
+        sources = Sources(
+            settings=lambda: self.loaded().settings,
+            engine=lambda: self.loaded().engine,
+            registry=registry,
+            health=lambda: self.health.state,
+            books=workers_books(Path(self.metrics_dir)),
+            reloads=self.reloads,
+        )
+        add_cockpit_routes(app, Cockpit(sources), token)
         return app
 
     async def run(self) -> None:

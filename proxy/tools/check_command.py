@@ -66,7 +66,7 @@ def _check_openapi(path: Path) -> int:
 
 def _coverage(args: argparse.Namespace, settings: Settings | None, engine: Engine | None) -> int:
     """``check --coverage DIR``: which rules answer the recorded responses in DIR."""
-    from proxy.tools import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
+    from proxy.policy import explanation as explaining  # noqa: PLC0415 - a subcommand's own modules
     from proxy.tools.ruletest.coverage import coverage, load_recorded  # noqa: PLC0415
     from proxy.tools.ruletest.engines import Engines  # noqa: PLC0415
 

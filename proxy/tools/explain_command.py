@@ -21,12 +21,12 @@ from proxy.policy.redaction.sets import build_set, load_shipped
 from proxy.policy.ruleengine import Engine
 
 if TYPE_CHECKING:  # what only `mend explain` uses, imported by it
+    from proxy.policy import explanation as explaining
     from proxy.policy.openapi.spec import Spec
-    from proxy.tools import explain as explaining
 
 
 def explain(args: argparse.Namespace) -> int:
-    from proxy.tools import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
+    from proxy.policy import explanation as explaining  # noqa: PLC0415 - a subcommand's own modules
     from proxy.tools.ruletest.engines import engine_settings  # noqa: PLC0415
 
     if args.redact is not None:
@@ -95,10 +95,10 @@ def _explain_openapi(
     request_body: explaining.RequestBody,
 ) -> dict[str, Any]:
     """The route's document applied to the explained envelope (in place), and what it used."""
+    from proxy.policy import explanation as explaining  # noqa: PLC0415 - a subcommand's own modules
     from proxy.policy.openapi import report as openapi_report  # noqa: PLC0415
     from proxy.policy.openapi.agent_request import Request as EnrichRequest  # noqa: PLC0415
     from proxy.policy.openapi.spec import Mount  # noqa: PLC0415
-    from proxy.tools import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
 
     sent = json_depth.loads(request_body.body) if request_body.body else NOT_JSON
     request = EnrichRequest(
@@ -122,8 +122,8 @@ def _explain_openapi(
 def _explain_redaction(args: argparse.Namespace) -> int:
     """``explain --redact FILE``: the text as an agent and as the log get it, act by act, with
     the shipped detectors (and, with ``--config``, the route's ``redaction:`` additions)."""
+    from proxy.policy import explanation as explaining  # noqa: PLC0415 - a subcommand's own modules
     from proxy.policy.redaction import effects as redaction_explain  # noqa: PLC0415
-    from proxy.tools import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
 
     try:
         if args.redact == "-":
@@ -152,7 +152,7 @@ def _explain_redaction(args: argparse.Namespace) -> int:
 
 def _request_body(args: argparse.Namespace) -> explaining.RequestBody:
     """``--protocol`` and the request's body and query, for a protocol's answer."""
-    from proxy.tools import explain as explaining  # noqa: PLC0415 - a subcommand's own modules
+    from proxy.policy import explanation as explaining  # noqa: PLC0415 - a subcommand's own modules
 
     if args.request_body_file:
         body: bytes | None = Path(args.request_body_file).read_bytes()

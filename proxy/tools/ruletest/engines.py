@@ -12,7 +12,6 @@ from proxy.config.redaction import RedactionSettings
 from proxy.config.route import Route
 from proxy.config.settings import PACKAGED_RULES, Settings
 from proxy.config.yamlfile import RuleError
-from proxy.policy import json_depth
 from proxy.policy.build import BuildOptions
 from proxy.policy.evaluate import (
     Answer,
@@ -22,7 +21,7 @@ from proxy.policy.evaluate import (
     evaluate,
     recorded_exchange,
 )
-from proxy.policy.exchange import NOT_JSON, Exchange
+from proxy.policy.exchange import Exchange
 from proxy.policy.protocols.detect import Detector, default_protocols
 from proxy.policy.redaction import Redactor
 from proxy.policy.ruleengine import Engine
@@ -146,11 +145,3 @@ def exchange_for(request: RequestSpec, response: ResponseSpec) -> Exchange:
     )
     exchange.retry_safe = request.retry_safe
     return exchange
-
-
-def answered_document(answered: Answer | None) -> Any:
-    """The JSON the agent receives for a protocol answer (``None``: passed through, or plain)."""
-    if answered is None or answered.rendered is None or not answered.rendered.body:
-        return None
-    document = json_depth.loads(answered.rendered.body)
-    return None if document is NOT_JSON else document

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from proxy.config.yamlfile import RuleError
+from proxy.policy.explanation import answered_document
 from proxy.tools.ruletest.cases import LoadedCase, RedactionExpectation
 from proxy.tools.ruletest.compare import differences
-from proxy.tools.ruletest.engines import Engines, answered_document, exchange_for, run_protocol
+from proxy.tools.ruletest.engines import Engines, exchange_for, run_protocol
 from proxy.tools.ruletest.loading import load_cases
 
 _NO_RULES = "the rule files this case needs do not load (problems above)"

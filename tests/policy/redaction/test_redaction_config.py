@@ -366,7 +366,7 @@ def test_additions_read_text_holding_a_lone_surrogate() -> None:
 
 
 def test_mend_explain_builds_the_envelope_with_the_routes_additions() -> None:
-    from proxy.tools import explain as explaining  # noqa: PLC0415
+    from proxy.policy import explanation as explaining  # noqa: PLC0415
 
     settings = Settings.model_validate(
         {"redaction": ADDITIONS, "routes": [{"name": "a", "upstream": "http://a"}]}

@@ -1,9 +1,9 @@
-"""``mend explain``: which rule a recorded response matches, and why every earlier rule did not.
+"""Which rule a recorded response matches, and why every earlier rule did not: what ``mend
+explain`` prints and the admin page's playground shows.
 
 The verdicts come from ``RuleSet.explain`` and the envelope from ``proxy.policy.evaluate`` -- the
-path the
-proxy takes -- so what this prints is what an agent would receive. Given a protocol (and the
-request's body, for its ids and query), each error of a JSON-RPC, MCP or GraphQL response is
+path the proxy takes -- so what this prints is what an agent would receive. Given a protocol (and
+the request's body, for its ids and query), each error of a JSON-RPC, MCP or GraphQL response is
 explained on its own, and the answer the agent gets in its protocol is printed last.
 """
 
@@ -19,14 +19,14 @@ import orjson
 from proxy.config.choices import ProtocolName
 from proxy.config.route import Route, below
 from proxy.config.settings import Settings
+from proxy.policy import json_depth
 from proxy.policy.build import BuildOptions
-from proxy.policy.evaluate import Evaluation, answer_exchange, recorded_exchange
-from proxy.policy.exchange import Exchange
+from proxy.policy.evaluate import Answer, Evaluation, answer_exchange, recorded_exchange
+from proxy.policy.exchange import NOT_JSON, Exchange
 from proxy.policy.protocols.detect import Detector, default_protocols
 from proxy.policy.ruleengine import Engine
 from proxy.policy.ruleset import RuleSet, Verdict
 from proxy.policy.shorten import shortened
-from proxy.tools.ruletest.engines import answered_document
 
 #: Content-Type assumed for a ``--body-file`` with this extension when no header names one.
 MEDIA_BY_EXTENSION = {
@@ -273,3 +273,11 @@ def _as_text(explanation: Explanation, *, show_all: bool = False) -> str:
     body = {"error": evaluation.envelope.as_dict()}
     lines.append(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode())
     return "\n".join(lines)
+
+
+def answered_document(answered: Answer | None) -> Any:
+    """The JSON the agent receives for a protocol answer (``None``: passed through, or plain)."""
+    if answered is None or answered.rendered is None or not answered.rendered.body:
+        return None
+    document = json_depth.loads(answered.rendered.body)
+    return None if document is NOT_JSON else document

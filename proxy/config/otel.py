@@ -23,7 +23,8 @@ class TracingError(ValueError):
 
 
 class TracingSettings(BaseModel):
-    """The ``tracing:`` block (README "Traces"); every key also has an ``OTEL_*`` variable."""
+    """The ``tracing:`` block (docs/operations.md "Traces"); every key also has an ``OTEL_*``
+    variable."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

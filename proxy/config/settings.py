@@ -84,7 +84,7 @@ class Settings(Frozen):
     #: processes sharing the agent port (SO_REUSEPORT, ``--workers``); the parent serves the admin
     #: port
     workers: int = Field(1, ge=1)
-    # --- agent connections: every wait bounded, every table capped (README "Limits") ---------
+    # --- agent connections: every wait bounded, every table capped (docs/operations.md "Limits")
     #: seconds for a client to send a whole request head (nginx ``client_header_timeout``)
     client_header_timeout: float = Field(60.0, gt=0)
     #: seconds between two reads of a request body (nginx ``client_body_timeout``)

@@ -20,6 +20,20 @@ def markdown_files() -> list[Path]:
     return [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 
 
+#: what is not the repository's own: the virtualenv, git's store, a built site, packaging output
+_NOT_OURS = {".git", ".venv", "site", "build", "dist", "node_modules"}
+
+
+def repository_markdown() -> list[Path]:
+    """Every Markdown file of the checkout: the site's pages and every other README."""
+    return sorted(
+        path
+        for path in ROOT.rglob("*.md")
+        if not _NOT_OURS & set(path.relative_to(ROOT).parts)
+        and not path.relative_to(ROOT).parts[0].endswith(".egg-info")
+    )
+
+
 #: a fenced block: its opening fence's info word and its text
 _FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.M | re.S)
 #: an inline link or image's target: ``[text](target)``, ``![alt](target "title")``

@@ -204,8 +204,8 @@ class InvalidFieldsSpec(_Model):
     reason: str | None = None
     #: JMESPath relative to the item: the value the agent sent
     received: str | None = None
-    #: JMESPath relative to the item: the constraint (``{gt: 0}`` becomes ``{minimum: 1}``); else
-    #: read from the reason
+    #: JMESPath relative to the item: the constraint (``{gt: 0}`` becomes
+    #: ``{exclusiveMinimum: 0}``); else read from the reason
     allowed_values: str | None = None
     #: leading location names dropped from the field's path (``[body, qty]`` is ``/qty``)
     strip: tuple[str, ...] = ("body", "query", "path", "header", "cookie", "form")

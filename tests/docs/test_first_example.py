@@ -46,6 +46,11 @@ def _free_port() -> int:
         return port
 
 
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
 def _wait(url: str, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -65,7 +70,7 @@ def ports() -> Iterator[dict[str, int]]:
     proc = subprocess.Popen([sys.executable, "-c", _UPSTREAM, str(api)])
     try:
         deadline = time.monotonic() + 20
-        while socket.socket().connect_ex(("127.0.0.1", api)) != 0:
+        while not _listening(api):
             assert time.monotonic() < deadline, "the example API did not start"
             time.sleep(0.1)
         yield {"9000": api, "8080": _free_port(), "9464": _free_port()}

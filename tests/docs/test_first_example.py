@@ -1,5 +1,6 @@
-"""README's first example, run as a user runs it: ``mend run --upstream`` in front of a real API
-that refuses the order, then the two ``curl`` lines, on free ports instead of 9000/8080/9464."""
+"""README's first example, run as a user runs it: ``mend run --upstream`` (and then the config
+file it shows) in front of a real API that refuses the order, then the two ``curl`` lines, on
+free ports instead of 9000/8080/9464."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import textwrap
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -84,17 +86,16 @@ def _first_example() -> list[str]:
     return [line.split("  #", 1)[0].strip() for line in block.text.splitlines() if line.strip()]
 
 
-@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
-def test_readme_first_example_answers_with_the_envelope(ports: dict[str, int]) -> None:
-    """The order the API refuses comes back as VALIDATION_FAILED naming /qty, and the metrics
-    line the example greps for counts it."""
-    run, order, metrics = _first_example()
+def _serve_and_ask(run: str, ports: dict[str, int], cwd: Path) -> None:
+    """Start mend with ``run`` (its listeners on the free ports), send README's order with its
+    curl line and read its metrics line: the envelope and its count must be there."""
+    _, order, metrics = _first_example()
     for default, port in ports.items():
-        run, order, metrics = (c.replace(f":{default}", f":{port}") for c in (run, order, metrics))
+        order, metrics = (c.replace(f":{default}", f":{port}") for c in (order, metrics))
     run += f" --listen 127.0.0.1:{ports['8080']} --admin-listen 127.0.0.1:{ports['9464']}"
     mend = subprocess.Popen(
         ["bash", "-c", f"exec {run}"],
-        cwd=ROOT,
+        cwd=cwd,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -114,6 +115,24 @@ def test_readme_first_example_answers_with_the_envelope(ports: dict[str, int]) -
     finally:
         mend.terminate()
         mend.wait(timeout=30)
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_readme_first_example_answers_with_the_envelope(ports: dict[str, int]) -> None:
+    """The order the API refuses comes back as VALIDATION_FAILED naming /qty, and the metrics
+    line the example greps for counts it."""
+    run = _first_example()[0].replace(":9000", f":{ports['9000']}")
+    _serve_and_ask(run, ports, ROOT)
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_readme_config_example_answers_the_same(ports: dict[str, int], tmp_path: Path) -> None:
+    """README's config file, saved as mend.yaml and run with its command, fronts the same API."""
+    config = next(b for b in blocks(ROOT / "README.md") if b.lang == "yaml").text
+    (tmp_path / "mend.yaml").write_text(config.replace(":9000", f":{ports['9000']}"))
+    (command,) = [b.text.strip() for b in blocks(ROOT / "README.md") if "--config" in b.text]
+    assert command == ".venv/bin/mend run --config mend.yaml"
+    _serve_and_ask(command.replace(".venv/bin/mend", f"{sys.executable} -m proxy"), ports, tmp_path)
 
 
 def test_the_first_example_is_the_readme_s() -> None:

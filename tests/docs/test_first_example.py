@@ -125,6 +125,7 @@ def test_readme_first_example_answers_with_the_envelope(ports: dict[str, int]) -
     _serve_and_ask(run, ports, ROOT)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 def test_readme_config_example_answers_the_same(ports: dict[str, int], tmp_path: Path) -> None:
     """README's config file, saved as mend.yaml and run with its command, fronts the same API."""

@@ -30,7 +30,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 COPY --from=build /dist/ /tmp/dist/
-# [tracing]: the OpenTelemetry SDK, so that OTEL_* variables turn traces on (README "Traces");
+# [tracing]: the OpenTelemetry SDK, so that OTEL_* variables turn traces on (docs/operations.md, Traces);
 # mend imports it only when they do
 RUN set -eu; \
     wheel="$(echo /tmp/dist/mend-*-py3-none-any.whl)"; \

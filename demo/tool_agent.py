@@ -1,5 +1,5 @@
 """The scripted agent again, this time reaching the legacy API only as MCP tools: mend's
-``mcp_tools`` serves the API's OpenAPI operations as tools (README "MCP tools from the
+``mcp_tools`` serves the API's OpenAPI operations as tools (docs/openapi.md "MCP tools from the
 document"), and the agent speaks MCP with the official SDK's client.
 
 It reads only what a tool's failure carries: the envelope in ``_meta["mend/error"]``, whose

@@ -48,8 +48,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy" / "kubernetes"
 BASE = DEPLOY / "base"
 OVERLAYS = sorted(p.parent for p in (DEPLOY / "overlays").glob("*/kustomization.yaml"))
-#: The oldest Kubernetes the manifests claim (README "Kubernetes"), and the newest schemas the
-#: pinned kubernetes-validate (pyproject.toml, dev extras) ships.
+#: The oldest Kubernetes the manifests claim (docs/operations.md "Kubernetes"), and the newest
+#: schemas the pinned kubernetes-validate (pyproject.toml, dev extras) ships.
 KUBERNETES_VERSIONS = ("1.30", "1.37")
 KUSTOMIZE_KINDS = {"Kustomization", "Component"}
 

@@ -50,6 +50,7 @@ class StateSettings(Frozen):
     ``state: redis://...`` is short for ``state: {url: redis://...}``.
     """
 
+    #: ``memory`` (this process) or ``redis://host:port/db`` (``--state``), shared by every replica
     url: str = "memory"
     #: the most a request waits for the store; past it, it is answered without the fields
     timeout_ms: int = Field(50, ge=1, le=10_000)

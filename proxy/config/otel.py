@@ -23,7 +23,8 @@ class TracingError(ValueError):
 
 
 class TracingSettings(BaseModel):
-    """The ``tracing:`` block (README "Traces"); every key also has an ``OTEL_*`` variable."""
+    """The ``tracing:`` block (docs/operations.md "Traces"); every key also has an ``OTEL_*``
+    variable."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -34,10 +35,13 @@ class TracingSettings(BaseModel):
     endpoint: str | None = None
     #: the full traces URL (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``); wins over ``endpoint``
     traces_endpoint: str | None = None
+    #: the OTLP protocol (``OTEL_EXPORTER_OTLP_PROTOCOL``); only ``http/protobuf``
     protocol: Literal["http/protobuf"] | None = None
     #: ``service.name`` (``OTEL_SERVICE_NAME``); default ``mend``
     service_name: str | None = Field(None, min_length=1, max_length=256)
+    #: which spans are kept (``OTEL_TRACES_SAMPLER``); default ``parentbased_always_on``
     sampler: Sampler | None = None
+    #: the ratio of the ``traceidratio`` samplers (``OTEL_TRACES_SAMPLER_ARG``)
     sampler_arg: float | None = Field(None, ge=0.0, le=1.0)
     #: extra resource attributes (``OTEL_RESOURCE_ATTRIBUTES``)
     resource_attributes: dict[str, str] = Field(default_factory=dict, max_length=64)

@@ -29,6 +29,7 @@ class UpstreamTLS(Frozen):
     ca_file: Path | None = None
     #: PEM client certificate (chain) for mutual TLS; its key in ``key_file`` or in the same file
     cert_file: Path | None = None
+    #: PEM private key of ``cert_file``, if not in that file
     key_file: Path | None = None
     #: the name sent in SNI and checked in the upstream's certificate, instead of the URL's host
     server_name: str | None = None
@@ -52,8 +53,11 @@ class UpstreamTLS(Frozen):
 class HealthCheck(Frozen):
     """``GET <upstream base><path>`` every ``interval_s``: healthy on 2xx/3xx in ``timeout_s``."""
 
+    #: the path below the upstream's base URL that is fetched
     path: str = Field(pattern=r"^/")
+    #: seconds between two checks
     interval_s: float = Field(10.0, gt=0)
+    #: seconds a check may take before it counts as failed
     timeout_s: float = Field(2.0, gt=0)
 
 
@@ -71,13 +75,15 @@ _OPERATION = re.compile(r"^[A-Z]{1,16} /\S*$")
 
 class RetrySafe(Frozen):
     """One override of the retry advice for a request that may already have taken effect
-    (CONTRACT §1, ``proxy/policy/resend.py``): whether the requests it names are safe to send again,
+    (docs/contract.md §1, ``proxy/policy/resend.py``): whether the requests it names are safe to
+    send again,
     whatever their method or the MCP tool's annotations say. First match wins."""
 
     #: an MCP tool's name, or a glob of names (``search_*``)
     tool: str | None = Field(None, min_length=1, max_length=256)
     #: ``METHOD /path-glob`` of the agent's request path (``**`` crosses slashes, ``*`` not)
     operation: str | None = Field(None, max_length=1024)
+    #: whether the requests this entry names may be sent again
     safe: bool
 
     @field_validator("operation")
@@ -95,14 +101,23 @@ class RetrySafe(Frozen):
 
 
 class Route(Frozen):
+    #: the route's metric label: short and fixed
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    #: the path prefix it serves; the longest prefix wins
     prefix: str = "/"
+    #: ``http://`` or ``https://`` URL of the API, with an optional base path
     upstream: str
+    #: forward ``/prefix/x`` as ``<base>/x``
     strip_prefix: bool = False
+    #: this route's own rule files, loaded first of all (relative to the config file)
     rules: tuple[Path, ...] = ()
+    #: the envelope's rendering when ``Accept`` does not decide
     rendering: Rendering = Rendering.JSON
+    #: use ``rendering`` whatever ``Accept`` says
     force_rendering: bool = False
+    #: the envelope's status: the upstream's, or 200 for tool layers that drop non-2xx bodies
     status: Literal["upstream", 200] = "upstream"
+    #: globs of the 2xx-matching rules this route runs (``slack.*``); protocol errors need none
     success_rules: tuple[str, ...] = ()
     #: what agents speak on this route: auto (detected per request), http, jsonrpc, mcp, graphql
     protocol: ProtocolName = ProtocolName.AUTO
@@ -118,6 +133,7 @@ class Route(Frozen):
     idle_timeout: float = Field(300.0, gt=0)
     #: seconds to read a whole error body (or a success peek) that a rule set inspects
     error_body_timeout: float = Field(30.0, gt=0)
+    #: forward the agent's ``Host`` instead of the upstream's
     preserve_host: bool = False
     #: the ``Host`` values agents reach this route by (``host``, ``host:port``, ``host:*``, or
     #: ``*``), as the MCP SDKs' ``allowed_hosts``: MCP requests with another are refused with
@@ -146,7 +162,7 @@ class Route(Frozen):
     #: which requests are safe to send again after mend sent them and got no answer, beyond
     #: what their method (or an MCP tool's annotations) says; first match wins
     retry_safe: tuple[RetrySafe, ...] = ()
-    #: serve the document's operations as MCP tools at ``<prefix><mcp_tools>`` (CONTRACT §9;
+    #: serve the document's operations as MCP tools at ``<prefix><mcp_tools>`` (docs/contract.md §9;
     #: proxy/edge/mcptools/); needs ``openapi``
     mcp_tools: str | None = Field(None, pattern=r"^/[A-Za-z0-9._~/-]{0,200}$")
 

@@ -43,25 +43,48 @@ def parse_hostport(value: str) -> tuple[str, int]:
 
 
 class Settings(Frozen):
+    #: HOST:PORT where agents connect (``--listen``)
     listen: str = "127.0.0.1:8080"
+    #: HOST:PORT of the admin port: ``/metrics``, ``/healthz``, ``/readyz``, ``POST /-/reload``
+    #: (``--admin-listen``)
     admin_listen: str = "127.0.0.1:9464"
+    #: your rule files and directories, loaded before the packs so yours win (relative to the config
+    #: file)
     rules: tuple[Path, ...] = ()
+    #: load the shipped packs of ``rules/`` (``--no-default-packs`` turns them off)
     default_packs: bool = True
+    #: shipped packs to leave out, by name (``soap``, ``graphql``, ...)
     disabled_packs: tuple[str, ...] = ()
+    #: one or more routes to upstreams; the longest matching prefix wins
     routes: tuple[Route, ...] = Field(min_length=1)
+    #: mend's URL as agents reach it: the base of ``docs_url``, rewritten redirects and
+    #: protected-resource metadata; unset: the URL the agent used when its host is allowed
+    #: (``allowed_hosts``), else links and redirects are paths
     public_url: str | None = None
+    #: ``retry_after_ms`` of a retryable error when nothing says when
     retry_after_default_ms: int = Field(1000, ge=0)
+    #: the most ``retry_after_ms`` can say
     retry_after_max_ms: int = Field(3_600_000, ge=0)
+    #: an error body is read up to this; the rest is discarded
     error_body_max_bytes: int = Field(1 << 20, gt=0)
+    #: an error body is decompressed up to this
     decompressed_max_bytes: int = Field(8 << 20, gt=0)
+    #: a success on a route with ``success_rules`` is read up to this to be inspected; longer ones
+    #: stream through
     success_peek_bytes: int = Field(8 << 10, gt=0)
+    #: ``REQUEST_TOO_LARGE`` (413) above this (streamed bodies are counted); unset: no limit
     request_body_max_bytes: int | None = Field(None, gt=0)
+    #: ``UPSTREAM_RESPONSE_TOO_LARGE`` (502) above this ``Content-Length``; unset: no limit
     response_body_max_bytes: int | None = Field(None, gt=0)
+    #: reload when the config, rule, detector or certificate files change (``--no-watch`` turns it
+    #: off); SIGHUP and ``POST /-/reload`` reload either way
     watch_rules: bool = True
     #: the largest rule, detector (and config) file mend reads; a larger one is refused
     max_file_bytes: int = Field(MAX_FILE_BYTES, gt=0, le=1 << 30)
+    #: processes sharing the agent port (SO_REUSEPORT, ``--workers``); the parent serves the admin
+    #: port
     workers: int = Field(1, ge=1)
-    # --- agent connections: every wait bounded, every table capped (README "Limits") ---------
+    # --- agent connections: every wait bounded, every table capped (docs/operations.md "Limits")
     #: seconds for a client to send a whole request head (nginx ``client_header_timeout``)
     client_header_timeout: float = Field(60.0, gt=0)
     #: seconds between two reads of a request body (nginx ``client_body_timeout``)
@@ -96,14 +119,16 @@ class Settings(Frozen):
     # --------
     #: PEM certificate (chain) served on the agent port; its key in ``tls_key`` or the same file
     tls_cert: Path | None = None
+    #: the private key of ``tls_cert``, if not in that file (``--tls-key``)
     tls_key: Path | None = None
     #: the same for the admin port
     admin_tls_cert: Path | None = None
+    #: the private key of ``admin_tls_cert``, if not in that file (``--admin-tls-key``)
     admin_tls_key: Path | None = None
     #: what redaction adds for every route: secrets, internal names, words never shown, allowed
     #: ids, detector files (``proxy/config/redaction.py``); reloaded with the rules
     redaction: RedactionSettings = RedactionSettings()
-    # --- the cross-call view (``proxy/policy/crosscall``, CONTRACT §7)
+    # --- the cross-call view (``proxy/policy/crosscall``, docs/contract.md §7)
     # -------------------------------
     #: how sessions are told apart, and when a repeat is a loop
     session: SessionSettings = Field(default_factory=SessionSettings)

@@ -27,7 +27,8 @@ class ProxyFailure(Exception):
     reason = "protocol_error"  # label of mend_upstream_failures_total
     status = 502
     upstream = True  # the upstream failed us, as opposed to a request mend refuses itself
-    #: whether the request may have taken effect upstream (CONTRACT §1): "unknown" once it was
+    #: whether the request may have taken effect upstream (docs/contract.md §1): "unknown" once it
+    #: was
     #: sent (a timeout, a reset, garbage back), "no" when mend never sent it (refused, connect
     #: or TLS failure, a request mend refuses itself); ``None``: the upstream answered
     applied: Applied | None = "unknown"
@@ -38,7 +39,8 @@ class ProxyFailure(Exception):
 
 
 class Refused(ProxyFailure):
-    """A request mend answers itself, never sending it upstream (CONTRACT §1 ``applied: "no"``)."""
+    """A request mend answers itself, never sending it upstream (docs/contract.md §1 ``applied:
+    "no"``)."""
 
     upstream = False
     applied: Applied | None = "no"

@@ -1,13 +1,15 @@
 """The hosts a route is reached by: checked on MCP requests, and the only ones mend names itself by.
 
 A proxy in front of an MCP server must not switch off the server's DNS-rebinding protection
-(CONTRACT §6): mend sends the upstream its own ``Host``, so the upstream's check of the agent's
+(docs/contract.md §6): mend sends the upstream its own ``Host``, so the upstream's check of the
+agent's
 ``Host`` and ``Origin`` can no longer see them. mend makes that check itself, as the MCP SDKs do
 (the TypeScript SDK's ``hostHeaderValidation``, the Python SDK's ``TransportSecuritySettings``):
 a ``Host`` outside the allowed ones, or an ``Origin`` outside the allowed origins, is refused
 with 403 before anything is sent.
 
-The same list keeps a request's ``Host`` out of every URL mend writes (CONTRACT §3: ``docs_url``,
+The same list keeps a request's ``Host`` out of every URL mend writes (docs/contract.md §3:
+``docs_url``,
 rewritten redirects, protected-resource metadata): with no ``public_url``, a URL names the host
 the agent used only when that host is allowed; otherwise a redirect is written as a path (as
 nginx's ``proxy_redirect default`` writes it) and ``docs_url`` as a relative link.

@@ -1,5 +1,6 @@
 """A success on its way back to the agent: the upstream's status, headers and bytes, with only the
-changes nginx and Envoy make too (CONTRACT §3, README "What passes through untouched").
+changes nginx and Envoy make too (docs/contract.md §3, docs/http.md "What passes through
+untouched").
 
 Changed on every passed-through response: hop-by-hop headers dropped (``forward.end_to_end``),
 redirect headers naming the upstream rewritten to name mend (``proxy/edge/redirect.py``),

@@ -1,4 +1,4 @@
-"""Redirect headers that name the upstream, rewritten to name mend (CONTRACT §3).
+"""Redirect headers that name the upstream, rewritten to name mend (docs/contract.md §3).
 
 nginx's ``proxy_redirect default``: a ``Location`` (also ``Content-Location`` and the URL of a
 ``Refresh``) that starts with the route's upstream origin and base path is rewritten to the origin

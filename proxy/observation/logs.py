@@ -1,4 +1,4 @@
-"""Structured logs: one JSON line per request (CONTRACT §5), built as a structlog chain.
+"""Structured logs: one JSON line per request (docs/contract.md §5), built as a structlog chain.
 
 The logger is made per app and passed in, so tests and embedders choose where lines go; nothing
 configures structlog globally. ``route_stdlib_logging`` sends what aiohttp and asyncio log through

@@ -1,4 +1,4 @@
-"""Prometheus metrics (CONTRACT §5), on a registry passed in, never the global one.
+"""Prometheus metrics (docs/contract.md §5), on a registry passed in, never the global one.
 
 Label values are bounded by configuration: route names come from the config, codes and rule ids
 from the loaded rules, statuses are three digits. Nothing an upstream or agent sends becomes a

@@ -1,4 +1,4 @@
-"""The canonical agent envelope (CONTRACT §1).
+"""The canonical agent envelope (docs/contract.md §1).
 
 The envelope is the one thing every agent receives, whatever the upstream said. It is a frozen
 pydantic model so that its invariants (``retryable`` exactly when ``action == "retry"``,
@@ -49,7 +49,8 @@ class Action(StrEnum):
     REPORT_BUG = "report_bug"
 
 
-#: Whether a request may have taken effect upstream (CONTRACT §1 ``applied``): "no" when mend
+#: Whether a request may have taken effect upstream (docs/contract.md §1 ``applied``): "no" when
+#: mend
 #: failed before sending it, "unknown" when it was sent and no usable answer came back.
 Applied = Literal["no", "unknown"]
 
@@ -61,7 +62,8 @@ class InvalidField(BaseModel):
     reason: str
     received: Any = None
     allowed_values: Any = None
-    #: a value inside allowed_values, near what was sent (an OpenAPI document's, CONTRACT §8)
+    #: a value inside allowed_values, near what was sent (an OpenAPI document's, docs/contract.md
+    #: §8)
     suggested_value: Any = None
     #: where the field is: body, query, path or header (known from an OpenAPI document)
     location: str | None = None
@@ -70,7 +72,8 @@ class InvalidField(BaseModel):
 
 
 class RepeatInfo(BaseModel):
-    """``repeat`` (CONTRACT §7): this session sent the same request and got the same code."""
+    """``repeat`` (docs/contract.md §7): this session sent the same request and got the same
+    code."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -80,7 +83,8 @@ class RepeatInfo(BaseModel):
 
 
 class SessionPattern(BaseModel):
-    """One entry of ``session_patterns`` (CONTRACT §7): a category recurring in the session."""
+    """One entry of ``session_patterns`` (docs/contract.md §7): a category recurring in the
+    session."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -90,7 +94,7 @@ class SessionPattern(BaseModel):
 
 
 class Envelope(BaseModel):
-    """Every field of CONTRACT §1; absent knowledge is ``None`` or ``[]``, never omitted."""
+    """Every field of docs/contract.md §1; absent knowledge is ``None`` or ``[]``, never omitted."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -117,7 +121,8 @@ class Envelope(BaseModel):
     upstream_status: int | None
     rule: str
     #: ``{id, method, path}`` of the documented operation, and a minimal valid request for it
-    #: (``{method, path, query, body}``), when the route has an OpenAPI document (CONTRACT §8)
+    #: (``{method, path, query, body}``), when the route has an OpenAPI document (docs/contract.md
+    #: §8)
     operation: dict[str, str] | None = None
     example_request: dict[str, Any] | None = None
     #: the cross-call fields (``proxy/policy/crosscall``): absent from the document when unknown

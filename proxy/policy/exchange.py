@@ -45,7 +45,7 @@ class Exchange:
     #: the JSON-RPC method of the request this error answers, and the MCP tool it called
     rpc_method: str | None = None
     tool: str | None = None
-    #: mend's own failure: whether the request may have taken effect upstream (CONTRACT §1
+    #: mend's own failure: whether the request may have taken effect upstream (docs/contract.md §1
     #: ``applied``; ``None``: the upstream answered), and whether sending it again is safe when
     #: something other than its method says (``proxy/policy/retry_safety.py``: a route override, an
     #: MCP tool's annotations; ``None``: the method decides)

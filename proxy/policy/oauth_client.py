@@ -5,7 +5,7 @@ An authorization server's token, revocation, introspection and pushed-authorizat
 a JSON object whose ``error`` is a string the client branches on (the MCP SDKs drop a refresh
 token on ``invalid_grant`` and sign in again); dynamic client registration (RFC 7591 §3.2.2)
 answers its own codes. Made an envelope, ``error`` would become an object and the client's OAuth
-flow would stop where it goes on direct (CONTRACT §6: authorization answers belong to the
+flow would stop where it goes on direct (docs/contract.md §6: authorization answers belong to the
 client). A resource server's 401 and 403 are not these: an agent may read those, and the SDKs
 act on their status and challenge only.
 """

@@ -1,4 +1,5 @@
-"""The envelope's renderings (CONTRACT §2): which one writes a body, and json and problem+json.
+"""The envelope's renderings (docs/contract.md §2): which one writes a body, and json and
+problem+json.
 
 One envelope, five renderings: ``json`` (the canonical document), ``problem`` (RFC 9457),
 ``text`` and ``markdown`` (for tool layers that hand the model a string: a recovery plan in prose,

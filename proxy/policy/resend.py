@@ -1,6 +1,7 @@
 """Whether a request that may already have taken effect upstream can be sent again.
 
-CONTRACT §1, "Retry advice and idempotency": when mend sent a request and got no usable answer
+docs/contract.md §1, "Retry advice and idempotency": when mend sent a request and got no usable
+answer
 (``applied: "unknown"``), the same request again is safe only for an idempotent method (RFC 9110
 §9.2.2), for a request carrying an ``Idempotency-Key`` (draft-ietf-httpapi-idempotency-key-header:
 the API applies one key at most once, so the retry reuses it), and for what

@@ -93,10 +93,15 @@ Regex = Annotated[str, Field(min_length=1)]
 class JsonCondition(_Model):
     """A JMESPath query over the JSON body; truthy unless an operator is given."""
 
+    #: a JMESPath query over the JSON body; alone, it holds when the result is truthy
     query: str
+    #: holds when the result equals this
     equals: Any = None
+    #: holds when the result is one of these
     one_of: list[Any] | None = None
+    #: holds when the result is a string this RE2 regex finds something in
     matches: str | None = None
+    #: ``true``: holds when the result is not null; ``false``: when it is
     exists: bool | None = None
 
     @field_validator("query")
@@ -121,23 +126,37 @@ class JsonCondition(_Model):
 
 
 class When(_Model):
+    #: the response status: ``422``, ``[400, 422]``, ``"4xx"`` or ``"500-504"``
     status: StatusSpec | None = None
+    #: the request's method, or a list of them
     method: str | list[str] | None = None
+    #: a glob over the path the agent sent to mend, percent-decoded, the route's prefix kept (``**``
+    #: crosses slashes)
     path: str | list[str] | None = None
+    #: an RE2 regex over the same path, instead of a glob
     path_regex: str | None = None
+    #: request header name to an RE2 regex, or ``true`` for present
     request_headers: dict[str, str | bool] | None = None
+    #: response header name to an RE2 regex, or ``true`` for present
     headers: dict[str, str | bool] | None = None
+    #: response content types, matched as prefixes
     content_type: str | list[str] | None = None
+    #: an RE2 regex searched in the response body; its named groups become variables
     body: str | None = None
+    #: JMESPath conditions over the JSON body, all of which must hold
     json_: list[JsonCondition] | None = Field(default=None, alias="json")
     #: the protocol the agent speaks (proxy/policy/protocols): http, jsonrpc (MCP included), mcp,
     #: graphql
     protocol: str | list[str] | None = None
     #: the MCP tool a ``tools/call`` names, and the JSON-RPC method: names or globs
     tool: str | list[str] | None = None
+    #: the JSON-RPC method of the call: names or globs
     rpc_method: str | list[str] | None = None
+    #: nested matchers that must all hold
     all: list[When] | None = None
+    #: nested matchers of which one must hold
     any: list[When] | None = None
+    #: a nested matcher that must not hold
     not_: When | None = Field(default=None, alias="not")
 
     @field_validator("protocol")
@@ -177,11 +196,18 @@ class When(_Model):
 class InvalidFieldsSpec(_Model):
     """One invalid field per item of ``each`` (a list, or an object flattened to its leaves)."""
 
+    #: JMESPath over the body: the list (or object, flattened to its leaves) of invalid fields
     each: str
+    #: JMESPath relative to the item: the field's location, made an RFC 6901 pointer
     field: str | None = None
+    #: JMESPath relative to the item: why the field is invalid
     reason: str | None = None
+    #: JMESPath relative to the item: the value the agent sent
     received: str | None = None
+    #: JMESPath relative to the item: the constraint (``{gt: 0}`` becomes
+    #: ``{exclusiveMinimum: 0}``); else read from the reason
     allowed_values: str | None = None
+    #: leading location names dropped from the field's path (``[body, qty]`` is ``/qty``)
     strip: tuple[str, ...] = ("body", "query", "path", "header", "cookie", "form")
     #: ASP.NET and Go name C#/Go properties (``Qty``) where the request JSON says ``qty``.
     field_case: Literal["as_is", "camel"] = "as_is"
@@ -197,9 +223,13 @@ class InvalidFieldsSpec(_Model):
 class InvalidFieldTemplate(_Model):
     """One invalid field written out in the rule, for upstreams that only say it in prose."""
 
+    #: template: the field's pointer
     field: str
+    #: template: why it is invalid
     reason: str | None = None
+    #: template: the value the agent sent
     received: Any = None
+    #: template: what the agent may send instead
     allowed_values: Any = None
 
     @field_validator("field", "reason", "received", "allowed_values")
@@ -209,27 +239,43 @@ class InvalidFieldTemplate(_Model):
 
 
 class EnvelopeSpec(_Model):
+    #: stable SCREAMING_SNAKE identifier an agent can branch on
     code: str
+    #: one of the envelope's categories (docs/contract.md §1)
     category: Category
+    #: what the agent does next; default from ``category``
     action: Action | None = None
+    #: ``info``, ``warning``, ``error`` or ``fatal``; default from ``action``
     severity: Severity | None = None
+    #: template: one declarative sentence saying what failed
     message: str | None = None
+    #: template: an imperative one-liner naming exact fields and operations
     hint: str | None = None
+    #: templates: the numbered recovery steps, in order
     steps: list[str] | None = None
+    #: template: the JSON Pointer of the offending input
     field: str | None = None
+    #: every invalid field: read from the body (``each``...), or written out as a list
     invalid_fields: InvalidFieldsSpec | list[InvalidFieldTemplate] | None = None
+    #: templates: what the agent may send instead
     allowed_values: Any = None
+    #: template: a value the agent may send instead
     suggested_value: Any = None
+    #: template: the operation to call first (``POST /orders/{{ id }}/confirm``)
     next_operation: str | None = None
+    #: templates: that operation's arguments
     next_operation_args: dict[str, Any] | None = None
+    #: other codes an agent handling this one should know
     related_codes: list[str] = []
+    #: milliseconds to wait, or a template (``{{ wait | ms }}``); headers are read without it
     retry_after_ms: int | str | None = None
     #: keep the upstream's small structured detail as ``upstream_detail``
     #: (proxy/policy/upstream_detail.py)
     upstream_detail: bool = False
     #: ``unknown``: the answer says the call may have taken effect (a tool's backend timed out
-    #: or reset mid-call), so a retry follows CONTRACT §1's idempotency rules, as for mend's own
-    #: timeouts: safe for idempotent methods and tools annotated idempotent or read-only
+    #: or reset mid-call), so a retry follows docs/contract.md §1's idempotency rules, as for
+    #: mend's own timeouts: safe for idempotent methods and tools annotated idempotent or
+    #: read-only
     applied: Literal["unknown"] | None = None
 
     @model_validator(mode="before")
@@ -258,18 +304,28 @@ class EnvelopeSpec(_Model):
 class Docs(_Model):
     """What the error catalog says about a code."""
 
+    #: why the error happens
     cause: str | None = None
+    #: how to avoid it
     fix: str | None = None
+    #: an upstream body the rule matches
     example: dict[str, Any] | None = None
+    #: ``stable``, or how settled the code is
     stability: str = "stable"
 
 
 class RuleSpec(_Model):
+    #: unique across everything loaded: lowercase letters, digits, ``.``, ``_``, ``-``
     id: str
+    #: what the rule recognises, for ``mend explain`` and the catalogue
     description: str | None = None
+    #: the matchers: every one given must hold
     when: When = When()
+    #: named JMESPath queries over the JSON body, read by the envelope's templates
     vars: dict[str, str] = {}
+    #: the envelope the rule builds
     envelope: EnvelopeSpec
+    #: what the error catalog's page says about the code
     docs: Docs | None = None
 
     @field_validator("id")
@@ -288,8 +344,11 @@ class RuleSpec(_Model):
 
 
 class RuleFile(_Model):
+    #: the pack's name (``disabled_packs`` turns it off by it); rule ids start with it by convention
     pack: str | None = None
+    #: ``false``: the file is read and checked, its rules not used
     enabled: bool = True
+    #: the rules, in order: the first that matches wins
     rules: list[RuleSpec] = []
 
 

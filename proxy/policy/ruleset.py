@@ -2,7 +2,8 @@
 
 Rules are indexed by the statuses they can match, so a request only walks the rules that could
 apply to its status; a rule set that grows by rules for other statuses costs that request nothing.
-Rules that match 2xx only take part on routes whose ``success_rules`` name them (CONTRACT §3).
+Rules that match 2xx only take part on routes whose ``success_rules`` name them (docs/contract.md
+§3).
 """
 
 from __future__ import annotations

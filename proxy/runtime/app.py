@@ -64,7 +64,7 @@ class MendServer(AgentServer):
         self.proxy = proxy
         self.catalog = catalog
         self.pages = catalog_pages(catalog)
-        #: the MCP servers of routes with ``mcp_tools:`` (CONTRACT §9, proxy/edge/mcptools)
+        #: the MCP servers of routes with ``mcp_tools:`` (docs/contract.md §9, proxy/edge/mcptools)
         self.tools = tools or tool_servers(proxy)
 
     async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:

@@ -1,4 +1,4 @@
-"""The operation's circuit on the request path (CONTRACT §7): asked before the request goes
+"""The operation's circuit on the request path (docs/contract.md §7): asked before the request goes
 upstream, told how the upstream answered once the agent has its answer (``proxy/policy/crosscall/
 circuit.py`` keeps the counts). Circuits are opt-in; with them off nothing here runs."""
 

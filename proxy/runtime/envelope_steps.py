@@ -4,7 +4,7 @@ As structlog's processors: each step takes the flow, the exchange the envelopes 
 and the answer, and returns the answer. ``Proxy`` runs them in this order for an upstream error
 and for a failure mend met itself:
 
-1. ``Review``: the cross-call view (CONTRACT §7): repeats, session patterns, escalation.
+1. ``Review``: the cross-call view (docs/contract.md §7): repeats, session patterns, escalation.
 2. ``Count``: every envelope into the metrics (code, redactions, repeats).
 3. ``Enrich``: what the route's OpenAPI document adds (fields, next operation, check first).
 4. ``Reply``: the response carrying the envelopes, with the headers every envelope gets (§3).
@@ -55,7 +55,8 @@ KEPT_ON_ENVELOPES = re.compile(
 REVIEWED_UNITS = 16
 #: kept upstream headers the client reads or sends back as they came, never redacted: an
 #: authentication challenge (its parameters, ``resource_metadata``, ``scope``, a Digest
-#: ``nonce``, are the client's to read: CONTRACT §3), MCP's session id and revision (a session
+#: ``nonce``, are the client's to read: docs/contract.md §3), MCP's session id and revision (a
+#: session
 #: id looks like a key, and a masked one ends the session)
 _AS_SENT = frozenset({"www-authenticate", "mcp-session-id", "mcp-protocol-version"})
 
@@ -198,7 +199,7 @@ class Enrich:
 class Reply:
     """The response carrying the envelopes: the protocol's rendering, else the first envelope in
     the rendering ``Accept`` (or the route) asks for; with the headers every envelope gets
-    (CONTRACT §3): kept upstream headers (redacted), ``Allow`` on a 405, the request id, the
+    (docs/contract.md §3): kept upstream headers (redacted), ``Allow`` on a 405, the request id, the
     code, the upstream's status, ``Retry-After``."""
 
     def __init__(self, metrics: Metrics, negotiator: Negotiator) -> None:

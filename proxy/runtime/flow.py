@@ -50,7 +50,7 @@ class Flow:
     trace: RequestTrace | None = None
     #: what the agent speaks (``proxy/policy/protocols``), when the route or the request says
     call: Call | None = None
-    #: the operation whose circuit the request counts in (CONTRACT §7), when circuits are on
+    #: the operation whose circuit the request counts in (docs/contract.md §7), when circuits are on
     operation: str | None = None
     #: the upstream's response, once its head arrived
     upstream: Response | None = None
@@ -77,7 +77,7 @@ class Flow:
         trace: RequestTrace | None,
         runtime: RouteRuntime | None,
     ) -> Flow:
-        """The flow of a request that just arrived, with its request id (CONTRACT §5)."""
+        """The flow of a request that just arrived, with its request id (docs/contract.md §5)."""
         rid = request_id(request.headers, trace.trace_id if trace is not None else None)
         route = runtime.route.name if runtime is not None else "none"
         exchange = exchange_of(request, rid, route)
@@ -116,7 +116,8 @@ class Flow:
 
     def options(self) -> BuildOptions:
         """How envelopes are built here; with no ``public_url``, the catalog's links name the
-        host the agent used when the route allows it (CONTRACT §3), else they are relative."""
+        host the agent used when the route allows it (docs/contract.md §3), else they are
+        relative."""
         gen = self.generation
         if gen.options.docs_base_url:
             return gen.options
@@ -152,7 +153,7 @@ class Flow:
         return self.agent_origin() + root
 
     def agent_origin(self) -> str:
-        """The origin mend writes into URLs (CONTRACT §3): ``public_url``; else the scheme
+        """The origin mend writes into URLs (docs/contract.md §3): ``public_url``; else the scheme
         (``X-Forwarded-Proto``) and a host the route allows (``X-Forwarded-Host``, else
         ``Host``); ``""`` when neither is allowed: links and redirects are then paths."""
         settings, headers = self.generation.settings, self.request.headers

@@ -58,7 +58,7 @@ from proxy.runtime.websockets import WebSockets
 if TYPE_CHECKING:  # the SDK is imported only when tracing is on (proxy/observation/tracing.py)
     from proxy.observation.traces import Tracer
 
-#: the caller's own session summary, on the agent port (CONTRACT §7)
+#: the caller's own session summary, on the agent port (docs/contract.md §7)
 SESSION_PATH = "/_mend/session"
 
 

@@ -1,5 +1,5 @@
 """The books of one request once the agent has its answer: its log line, its metrics, the end of
-its span (CONTRACT §5). The agent never waits for them."""
+its span (docs/contract.md §5). The agent never waits for them."""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ A framework's runner (``tests/agents/runners/<name>_runner.py``) runs in the fra
 virtualenv (``tests.agents.envs``) as a subprocess, once per (framework, server, direct or
 through mend) with every case of that server on its command line. Through mend means a fresh
 ``mend run --upstream <server>`` for that framework alone, as a user would start it: mend
-remembers failures per session (CONTRACT §7), and stateless MCP clients on one loopback address
+remembers failures per session (docs/contract.md §7), and stateless MCP clients on one loopback
+address
 would otherwise share one session across frameworks.
 """
 

@@ -6,7 +6,7 @@ The REST app (``tests/agents/rest_app.py``) runs once. A framework's REST runner
 (framework, style, direct or through mend) with every case on its command line: the tools
 (``tests/agents/runners/http_tools.py``) call the app's base URL, or that of a fresh
 ``mend run --upstream <app>`` for that batch alone, since mend remembers failures per session
-(CONTRACT §7) and every runner calls from the same loopback address. The cases
+(docs/contract.md §7) and every runner calls from the same loopback address. The cases
 (``tests/agents/rest_cases.yaml``) borrow ``patterns`` and ``leaks`` from ``cases.yaml``, and
 become ``harness.Case`` values whose server is ``rest-<style>``, so the MCP matrix's verdicts
 and summary judge them the same way.

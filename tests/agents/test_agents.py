@@ -1,5 +1,5 @@
 """Agent frameworks driving failing tools through mend with scripted models (no LLM): what the
-model reads through mend is never worse than what it reads direct (CONTRACT §6).
+model reads through mend is never worse than what it reads direct (docs/contract.md §6).
 
 MCP tools: six frameworks (pydantic-ai, openai-agents, langchain-mcp-adapters with langgraph's
 ``ToolNode``, google-adk, llama-index-tools-mcp, the fastmcp ``Client``), each in its own

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 #: server's own URL (``http://localhost:<its port>/mcp``) as its resource. Through a proxy the
 #: client asks, as RFC 8707 says, for the URL it reached (mend's, which the metadata names), so
 #: this check fails through any proxy by design; a deployment registers the public URL as the
-#: audience (README "Authorization": the audience check in a sidecar).
+#: audience (docs/protocols.md "Authorization": the audience check in a sidecar).
 AUDIENCE_BOUND = "auth/cross-app-access-complete-flow"
 
 

@@ -1,4 +1,5 @@
-"""MCP authorization through mend (CONTRACT §3, §6): protected-resource metadata and challenges
+"""MCP authorization through mend (docs/contract.md §3, §6): protected-resource metadata and
+challenges
 name mend, ``WWW-Authenticate`` passes intact, and MCP requests are refused for a ``Host`` or
 ``Origin`` the route does not allow (``proxy/edge/hosts.py``, ``resource_metadata.py``)."""
 

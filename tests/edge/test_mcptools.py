@@ -1,4 +1,4 @@
-"""``mcp_tools``: a REST API's OpenAPI operations served as MCP tools (CONTRACT §9).
+"""``mcp_tools``: a REST API's OpenAPI operations served as MCP tools (docs/contract.md §9).
 
 The API is a real FastAPI app (its own OpenAPI 3.1 document) under uvicorn; mend runs in
 process on loopback; the agents are the official MCP SDK's ``Client`` in its default mode
@@ -956,7 +956,8 @@ async def test_header_argument_reaches_the_api(
 
 
 async def test_a_foreign_host_is_refused(start_mend: StartMend, inventory: Inventory) -> None:
-    """mend's own MCP server refuses a DNS-rebinding ``Host`` as a proxied one is (CONTRACT §6):
+    """mend's own MCP server refuses a DNS-rebinding ``Host`` as a proxied one is (docs/contract.md
+    §6):
     403 ``HOST_NOT_ALLOWED``, no session made; ``localhost`` on any port passes."""
     mend = await mend_for(start_mend, inventory)
     body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}

@@ -1,4 +1,4 @@
-"""Traces: mend's spans as a real OTLP/HTTP receiver decodes them (CONTRACT §10).
+"""Traces: mend's spans as a real OTLP/HTTP receiver decodes them (docs/contract.md §10).
 
 mend runs with the OpenTelemetry SDK and its OTLP/HTTP exporter, configured by ``OTEL_*``
 variables or a ``tracing:`` block; the receiver (``tests/otlp_receiver.py``) decodes what it

@@ -1,4 +1,4 @@
-"""Renderings and content negotiation (CONTRACT §2)."""
+"""Renderings and content negotiation (docs/contract.md §2)."""
 
 from __future__ import annotations
 
@@ -311,7 +311,7 @@ def test_json_is_the_contract_document(envelope: Envelope) -> None:
     """The default rendering is {"error": {...}} with every field in contract order."""
     document = _json_rendering(envelope)
     assert document == envelope_body(envelope)
-    # the cross-call fields (CONTRACT §7) are absent until a session repeats itself, and
+    # the cross-call fields (docs/contract.md §7) are absent until a session repeats itself, and
     # applied (§1) when the upstream answered
     absent = {"repeat", "session_patterns", "applied"}
     assert list(document["error"]) == [f for f in Envelope.model_fields if f not in absent]
@@ -742,7 +742,7 @@ def test_cross_call_fields_follow_in_contract_order_when_known() -> None:
     assert document["error"]["session_patterns"][0]["category"] == "auth"
 
 
-#: mend sent a POST and got no answer: not retryable, applied unknown (CONTRACT §1)
+#: mend sent a POST and got no answer: not retryable, applied unknown (docs/contract.md §1)
 MAYBE_APPLIED = Envelope(
     code="UPSTREAM_TIMEOUT",
     message="The API behind this proxy did not answer in time.",

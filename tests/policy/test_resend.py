@@ -1,4 +1,4 @@
-"""Retry advice that knows whether the request may already have been applied (CONTRACT §1).
+"""Retry advice that knows whether the request may already have been applied (docs/contract.md §1).
 
 Real upstreams on loopback that hang after reading a request, reset the connection after reading
 all of it (SO_LINGER 0), refuse connections (a closed port) or never accept one (a full listen

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import socket
 import subprocess
 import sys
@@ -14,8 +13,6 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
-from pydantic import BaseModel
-from pydantic_core import PydanticUndefined
 
 from proxy.config.route import Route
 from proxy.config.settings import Settings
@@ -271,38 +268,6 @@ def test_config_schema_is_json_schema_of_every_key() -> None:
     route = schema["$defs"]["Route"]
     assert set(Route.model_fields) <= set(route["properties"])
     assert schema["additionalProperties"] is False
-
-
-def _shown(default: Any) -> str:
-    """A default as the README's tables write it."""
-    if default is PydanticUndefined:
-        return "required"
-    if default is None:
-        return "`null`"
-    if isinstance(default, bool):
-        return f"`{str(default).lower()}`"
-    if isinstance(default, tuple | BaseModel):  # a list, or a block of its own keys at defaults
-        return "`[]`" if isinstance(default, tuple) else "`{}`"
-    if isinstance(default, float) and default.is_integer():
-        return f"`{int(default)}`"
-    return f"`{getattr(default, 'value', default)}`"
-
-
-@pytest.mark.parametrize(
-    ("model", "name"),
-    [(m, n) for m in (Settings, Route) for n in m.model_fields],
-)
-def test_every_setting_is_in_the_readme_with_its_default(model: Any, name: str) -> None:
-    """Each settings field has a row in the README's "Every setting" tables, with its default."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### Every setting", 1)[1].split("\n### ", 1)[0]
-    rows = {
-        match.group(1): match.group(2).strip()
-        for match in re.finditer(r"^\| `([a-z_]+)` \| ([^|]+) \|", section, re.M)
-    }
-    assert name in rows, f"{model.__name__}.{name} is not in the README"
-    default = model.model_fields[name].get_default(call_default_factory=True)
-    assert rows[name] == _shown(default), name
 
 
 TOKEN = "s3cret-admin-token-0123"

@@ -1,4 +1,4 @@
-"""MCP tools from a route's OpenAPI document (CONTRACT §9): ``mcp_tools: PATH`` serves the
+"""MCP tools from a route's OpenAPI document (docs/contract.md §9): ``mcp_tools: PATH`` serves the
 document's operations as tools whose calls go through mend's own pipeline.
 
 ``schema`` makes a document's schemas standalone JSON Schema; ``tools`` lists an operation as a

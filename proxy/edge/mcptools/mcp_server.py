@@ -57,7 +57,8 @@ MAX_SESSIONS = 1024
 #: Documents whose tools are kept (the routes' in force, and a few a reload replaced).
 MAX_DOCUMENTS = 64
 #: Headers of the MCP request passed on to the tool's HTTP request: the agent's credentials and
-#: trace, and its session header (CONTRACT §7). ``Mcp-Session-Id`` would make the REST request
+#: trace, and its session header (docs/contract.md §7). ``Mcp-Session-Id`` would make the REST
+#: request
 #: look like MCP to the proxy: it goes as ``X-Agent-Session`` when the agent sent none.
 PASSED_HEADERS = (
     "Authorization",

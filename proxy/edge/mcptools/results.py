@@ -1,4 +1,4 @@
-"""What the proxy answered a tool's request, as the tool's result (CONTRACT §9).
+"""What the proxy answered a tool's request, as the tool's result (docs/contract.md §9).
 
 A success: ``isError: false``, ``structuredContent`` the JSON body (an object; anything else as
 ``{"result": ...}``, as the tool's ``outputSchema`` says) and a text content with the body. A

@@ -5,7 +5,7 @@ after the head, a pooled connection the upstream closed as the request went out 
 that request, idempotent or not, and is never sent again: nginx's ``proxy_next_upstream off``
 with one upstream. aiohttp's client re-sent a GET, HEAD, DELETE or OPTIONS once after a reset on
 a reused connection; nginx and Envoy retry only when configured to, and mend answers with
-``applied`` and ``retryable`` instead, so that the agent decides (CONTRACT §1).
+``applied`` and ``retryable`` instead, so that the agent decides (docs/contract.md §1).
 
 A connection goes back to the pool only when its request was written whole, its response read to
 the end, and the upstream did not say ``Connection: close``; at most ``Limits.max_idle`` wait

@@ -1,4 +1,4 @@
-"""The cross-call view (CONTRACT §7): what one call cannot see on its own.
+"""The cross-call view (docs/contract.md §7): what one call cannot see on its own.
 
 Sessions (``session.py``), the state they share across replicas (``store.py``: in memory or in
 Redis), repeated failures and session patterns written into envelopes (``review.py``), and a

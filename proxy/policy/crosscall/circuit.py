@@ -1,4 +1,5 @@
-"""A circuit breaker per operation (CONTRACT §3, §7): an operation that keeps failing is spared.
+"""A circuit breaker per operation (docs/contract.md §3, §7): an operation that keeps failing is
+spared.
 
 Off unless ``circuit.failures`` is set: a circuit answers without asking the upstream, so it can
 turn an answer that would have succeeded into an error, and mend changes nothing by default.

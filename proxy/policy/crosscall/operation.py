@@ -1,4 +1,4 @@
-"""What a circuit covers (CONTRACT §7): one operation, named by method and path shape.
+"""What a circuit covers (docs/contract.md §7): one operation, named by method and path shape.
 
 The documented OpenAPI operation when the route has a document (``METHOD /orders/{id}``, the
 caller passes its template), else the request's method and path with every segment that looks

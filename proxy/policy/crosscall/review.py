@@ -1,4 +1,4 @@
-"""Repeats and session patterns, written into a failure's envelope (CONTRACT §1, §7).
+"""Repeats and session patterns, written into a failure's envelope (docs/contract.md §1, §7).
 
 ``Review.envelope`` is the proxy's envelope post-processor: it runs for failures only, after the
 envelope is built and before it is rendered, with one store call (one Redis round trip). When

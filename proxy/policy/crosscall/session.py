@@ -1,4 +1,4 @@
-"""Which session a request belongs to (CONTRACT §7).
+"""Which session a request belongs to (docs/contract.md §7).
 
 The first configured session header present names it; else a keyed hash of the credential
 header and the client address does. A raw credential is never kept: only its keyed BLAKE2b

@@ -1,4 +1,4 @@
-"""OpenAPI documents (CONTRACT §8): a route's ``openapi:`` file names the operation an agent
+"""OpenAPI documents (docs/contract.md §8): a route's ``openapi:`` file names the operation an agent
 called, the schema facts its envelope lacks (allowed values, a suggestion, an example request),
 the operation to call instead of an undocumented one, and, with ``validate_requests: true``,
 rejects an invalid request before the upstream sees it.

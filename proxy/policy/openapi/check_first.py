@@ -1,4 +1,4 @@
-"""The read operation a write that may have taken effect is checked by (CONTRACT §1).
+"""The read operation a write that may have taken effect is checked by (docs/contract.md §1).
 
 mend sent a POST or PATCH and got no answer: the plan says not to send it again before checking
 whether it took effect, and on a route with an OpenAPI document it names how: a ``GET`` on the

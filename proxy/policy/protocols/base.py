@@ -95,7 +95,7 @@ class Call:
         #: the request's ``MCP-Protocol-Version`` (empty when it sent none; ``Detector.call``)
         self.mcp_version = ""
         #: the protocol the request's headers name: it claims a body of its family (any
-        #: JSON-RPC body for MCP), but a header alone decides nothing (CONTRACT §6)
+        #: JSON-RPC body for MCP), but a header alone decides nothing (docs/contract.md §6)
         self.hint = hint
         self.query_string = query_string
         self.accept = accept

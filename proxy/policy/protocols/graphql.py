@@ -1,4 +1,4 @@
-"""GraphQL over HTTP: the answer stays a GraphQL response (CONTRACT §6).
+"""GraphQL over HTTP: the answer stays a GraphQL response (docs/contract.md §6).
 
 Units are the ``errors[]`` entries, each matched on its own; the rules see the response reduced to
 that one error (``{"errors": [entry], "data": ...}``), so a rule reads ``errors[0]``. The answer

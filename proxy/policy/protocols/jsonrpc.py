@@ -1,4 +1,5 @@
-"""JSON-RPC 2.0: an error goes back as a JSON-RPC response with the request's id (CONTRACT §6).
+"""JSON-RPC 2.0: an error goes back as a JSON-RPC response with the request's id (docs/contract.md
+§6).
 
 Units are the response objects that carry an ``error`` member, each matched on its own (a batch
 element by element, in the upstream's order); the rules see the one response object. Each comes

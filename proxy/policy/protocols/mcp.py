@@ -1,4 +1,5 @@
-"""MCP (Model Context Protocol): JSON-RPC 2.0, plus tool results that are errors (CONTRACT §6).
+"""MCP (Model Context Protocol): JSON-RPC 2.0, plus tool results that are errors (docs/contract.md
+§6).
 
 A ``tools/call`` result with ``isError: true`` is an error the model reads: its text content is
 matched against the rules (JSON in the text is parsed as the body; ``tool`` and ``rpc_method``
@@ -199,7 +200,7 @@ class Mcp(JsonRpc):
 
 
 #: JSON-RPC codes that are the protocol's own answer to a ``tools/call`` (it could not be read,
-#: or the server has no tools), not the tool's failure: they stay errors (CONTRACT §6)
+#: or the server has no tools), not the tool's failure: they stay errors (docs/contract.md §6)
 PROTOCOL_CODES = frozenset({-32700, -32600, -32601})
 
 
@@ -225,7 +226,7 @@ def failed_result(
     call: Call, envelope: Envelope, data: dict[str, Any], tool: str
 ) -> dict[str, Any]:
     """A tool's failure as the result the model reads: the recovery plan as its text, the
-    envelope in ``_meta["mend/error"]`` (CONTRACT §6); ``resultType`` where the revision the
+    envelope in ``_meta["mend/error"]`` (docs/contract.md §6); ``resultType`` where the revision the
     call speaks requires one."""
     text = render(envelope, Rendering.TEXT, envelope.upstream_status or 200, tool=tool)[0]
     sent = {"resultType": "complete"} if call.mcp_version >= RESULT_TYPES_FROM else {}
@@ -235,7 +236,7 @@ def failed_result(
 def rewritten_result(
     result: dict[str, Any], text: str | bytes, envelope: dict[str, Any], structured: Any
 ) -> dict[str, Any]:
-    """A tool result that is an error, as the model gets it (CONTRACT §6): every member the
+    """A tool result that is an error, as the model gets it (docs/contract.md §6): every member the
     upstream sent kept in its place (``resultType``, ``_meta`` and its keys, extensions'), only
     ``content`` replaced by ``text`` (the recovery plan), ``structuredContent`` by its redacted
     copy (dropped when there is none), and the envelope added to ``_meta`` as ``mend/error``."""

@@ -1,4 +1,4 @@
-"""Redaction: nothing internal from an upstream reaches an agent (CONTRACT §3).
+"""Redaction: nothing internal from an upstream reaches an agent (docs/contract.md §3).
 
 Declared detectors (``rules/redaction/*.yaml``, and an operator's ``redaction:`` additions) run by
 a small engine. ``engine.Redactor`` is the interface the pipeline uses; ``detectors`` loads and

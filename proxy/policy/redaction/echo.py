@@ -1,5 +1,5 @@
 """The model's own input stays readable: values it sent in a tool call's arguments survive
-``scrub`` (CONTRACT §6), secrets excepted.
+``scrub`` (docs/contract.md §6), secrets excepted.
 
 A tool's error often quotes what the model asked for: the URL ``fetch`` could not read, the path
 ``git_status`` could not open. Redaction would call them an internal service or path, which the

@@ -1,4 +1,4 @@
-"""The redaction engine: a compiled detector set run over upstream text (CONTRACT §3).
+"""The redaction engine: a compiled detector set run over upstream text (docs/contract.md §3).
 
 - ``Redactor.scrub(text)`` -> ``Scrubbed``: text fit for an agent. Stack traces, exception chains,
   paths, SQL, database driver messages, internal hosts and addresses, secrets and framework debug

@@ -1,4 +1,4 @@
-"""The cross-call view (CONTRACT §7) over protocol answers other than one JSON error: an MCP
+"""The cross-call view (docs/contract.md §7) over protocol answers other than one JSON error: an MCP
 answer sent as server-sent events, a JSON-RPC batch, a GraphQL answer with several errors.
 
 The upstreams are aiohttp apps on loopback answering exactly what each case needs; mend keeps

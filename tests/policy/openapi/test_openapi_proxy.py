@@ -1,4 +1,4 @@
-"""OpenAPI through a real mend in front of a real aiohttp upstream (CONTRACT §8).
+"""OpenAPI through a real mend in front of a real aiohttp upstream (docs/contract.md §8).
 
 The upstream is a legacy API whose errors name a field but never the allowed values; the
 route's OpenAPI document (tests/data/openapi/, 3.0 YAML and 3.1 JSON) supplies them.

@@ -36,7 +36,7 @@ LEAKING_HEADERS = {
     "X-Application-Context": "orders-zqxhdri:prod:8080",
 }
 HEADER_MARKERS = [f"zqxhdr{c}" for c in "abcdefghi"]
-#: a challenge is the client's to read, byte for byte (CONTRACT §3), internal host included
+#: a challenge is the client's to read, byte for byte (docs/contract.md §3), internal host included
 CHALLENGE = (
     'Bearer realm="api", error="invalid_token", error_uri="http://auth-zqxhdrj.internal/docs"'
 )
@@ -74,7 +74,8 @@ async def test_no_marker_of_a_leaking_body_reaches_the_agent(
         resp = await mend.client.get("/api/orders/42", headers={"Accept": accept})
         text = await resp.text()
         if status < 400 and "X-Error-Code" not in resp.headers:
-            # no rule called this success an error: it streams through untouched (CONTRACT §3)
+            # no rule called this success an error: it streams through untouched (docs/contract.md
+            # §3)
             assert text.encode() == body
             continue
         headers = "\n".join(f"{k}: {v}" for k, v in resp.headers.items())

@@ -91,7 +91,7 @@ async def test_additions_reach_every_rendering_header_and_the_log(
     for accept in ACCEPTS:
         resp = await mend.client.get("/api/charge", headers={"Accept": accept})
         text = await resp.text()
-        # a challenge is the client's to read, byte for byte (CONTRACT §3): not redacted
+        # a challenge is the client's to read, byte for byte (docs/contract.md §3): not redacted
         assert resp.headers["WWW-Authenticate"] == CHALLENGE, accept
         headers = "\n".join(f"{k}: {v}" for k, v in resp.headers.items() if k != "WWW-Authenticate")
         assert "X-Error-Code" in resp.headers, accept

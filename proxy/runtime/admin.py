@@ -64,6 +64,11 @@ def rules_listing(rules: Iterable[Rule]) -> list[dict[str, object]]:
     ]
 
 
+async def _named_mend(_: web.Request, response: web.StreamResponse) -> None:
+    """``Server: mend`` on every admin answer, as on the agent port: no aiohttp banner."""
+    response.headers["Server"] = "mend"
+
+
 def admin_application(
     registry: CollectorRegistry,
     *,
@@ -79,6 +84,7 @@ def admin_application(
     endpoints need it as a bearer token.
     """
     app = web.Application(middlewares=[bearer_guard(token)] if token else [])
+    app.on_response_prepare.append(_named_mend)
     app.router.add_get("/metrics", make_aiohttp_handler(registry))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -21,6 +21,7 @@ from proxy.tools.ruletest.cases import (
 )
 from proxy.tools.ruletest.engines import exchange_for, run_exchange
 from proxy.tools.ruletest.loading import parse_case_file
+from proxy.tools.words import counted
 
 _STATUS_PREFIX = re.compile(r"^([1-5]\d\d)(?:[-_.]|$)")
 _MEDIA_TYPES = {
@@ -163,7 +164,8 @@ class Coverage:
 
     def lines(self) -> list[str]:
         out = [
-            f"coverage: {self.total} responses: {self.specific} matched specific rules, "
+            f"coverage: {counted(self.total, 'response')}: "
+            f"{counted(self.specific, 'matched specific rule')}, "
             f"{len(self.fallback_only)} only a fallback, "
             + (f"{len(self.deliberate)} left to a fallback on purpose, " if self.deliberate else "")
             + f"{len(self.passthrough)} passed through"

@@ -187,3 +187,16 @@ def test_access_log_false_logs_no_request_at_all(start: Any, upstream: str, tmp_
     lines = mend.stop()
     assert _requests(lines) == []
     assert any(line["event"] == "started" for line in lines)
+
+
+def test_workers_supervisor_answers_server_mend_without_created(start: Any, upstream: str) -> None:
+    """Under ``--workers 2`` the supervisor's admin port, whose /metrics merges the workers'
+    (multiprocess mode), also says ``Server: mend`` and has no ``_created`` line."""
+    mend = start("--upstream", upstream, "--workers", "2")
+    _wait_http(f"http://127.0.0.1:{mend.admin}/readyz", timeout=60)
+    mend.get("/bytes/1")
+    answer = mend.curl(f"http://127.0.0.1:{mend.admin}/metrics")
+    head, _, metrics = answer.partition("\n\n")
+    assert "Server: mend" in head.splitlines()
+    assert "mend_requests_total{" in metrics
+    assert "_created" not in metrics

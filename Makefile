@@ -1,6 +1,8 @@
 # The two commands the README gives. Both build the virtualenv themselves from a bare clone.
 #   make demo   the bundled legacy API behind mend, raw vs envelope, agent completion rates
+#               (make demo ARGS=--keep-running: its flags, e.g. to leave it up afterwards)
 #   make test   everything CI runs: system packages, the test suite, ruff and mypy --strict
+#               (lint runs even when a test fails; make still fails if either did)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -17,13 +19,16 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+ARGS ?=
+
 demo: $(STAMP)
-	$(PY) -m demo.run
+	$(PY) -m demo.run $(ARGS)
 
 test: $(STAMP)
 	bash scripts/install-system-deps
-	$(PY) -m pytest
-	$(MAKE) --no-print-directory lint
+	status=0; $(PY) -m pytest || status=1; \
+	$(MAKE) --no-print-directory lint || status=1; \
+	exit $$status
 
 # the suites marked slow (drains, long-polls, client libraries through mend); not in CI's run
 test-slow: $(STAMP)

@@ -6,6 +6,7 @@ import importlib.resources
 import importlib.util
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -84,6 +85,15 @@ class Settings(Frozen):
     #: processes sharing the agent port (SO_REUSEPORT, ``--workers``); the parent serves the admin
     #: port
     workers: int = Field(1, ge=1)
+    # --- the log (``proxy/observation/logs.py``, ``proxy/runtime/record.py``) -----------------
+    #: the least severe line written: debug, info, warning or error (``--log-level``); request
+    #: lines are info lines
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    #: ``false``: no per-request line at all (nginx ``access_log off``)
+    access_log: bool = True
+    #: the share of successful requests that get a line, 0.0 to 1.0 (Envoy's runtime sampling);
+    #: a request answered with status 400 or above, an envelope or a failure always gets one
+    access_log_sample: float = Field(1.0, ge=0.0, le=1.0)
     # --- agent connections: every wait bounded, every table capped (docs/operations.md "Limits")
     #: seconds for a client to send a whole request head (nginx ``client_header_timeout``)
     client_header_timeout: float = Field(60.0, gt=0)
@@ -176,6 +186,8 @@ RESTART_SETTINGS = (
     "shutdown_timeout",
     "watch_rules",
     "admin_token",
+    # each process makes its logger once, at start
+    "log_level",
     # the cross-call view's store, session keys and circuits are built once, at start
     "session",
     "state",

@@ -12,7 +12,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 from proxy import __version__
 from proxy.policy.envelope import Envelope
@@ -68,6 +68,10 @@ class RouteMetrics:
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
+        # no ``_created`` twin of every counter and histogram (it doubled /metrics): nothing
+        # mend's dashboards or alerts read uses it. prometheus-client's switch is process-wide
+        # and read when /metrics is scraped; --workers' multiprocess mode never writes one.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry
         self.requests = Counter(
             "mend_requests",

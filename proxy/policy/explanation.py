@@ -27,6 +27,7 @@ from proxy.policy.protocols.detect import Detector, default_protocols
 from proxy.policy.ruleengine import Engine
 from proxy.policy.ruleset import RuleSet, Verdict
 from proxy.policy.shorten import shortened
+from proxy.policy.words import counted
 
 #: Content-Type assumed for a ``--body-file`` with this extension when no header names one.
 MEDIA_BY_EXTENSION = {
@@ -254,7 +255,8 @@ def _as_text(explanation: Explanation, *, show_all: bool = False) -> str:
         )
     if not show_all and explanation.skipped:
         lines.append(
-            f"  ({explanation.skipped} rules skipped: they do not match status {ex.status}; "
+            f"  ({counted(explanation.skipped, 'rule')} skipped: they do not match status "
+            f"{ex.status}; "
             "--all lists them)"
         )
     lines.append("")

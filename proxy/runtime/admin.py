@@ -50,6 +50,11 @@ def bearer_guard(token: str, reads: frozenset[str] = frozenset()) -> Middleware:
     return guard
 
 
+async def _named_mend(_: web.Request, response: web.StreamResponse) -> None:
+    """``Server: mend`` on every admin answer, as on the agent port: no aiohttp banner."""
+    response.headers["Server"] = "mend"
+
+
 def admin_application(
     registry: CollectorRegistry,
     *,
@@ -65,6 +70,7 @@ def admin_application(
     """
     guards = [bearer_guard(token, READ_ONLY_POSTS)] if token else []
     app = web.Application(middlewares=guards, client_max_size=2 * MAX_PLAYGROUND_BODY)
+    app.on_response_prepare.append(_named_mend)
     app.router.add_get("/metrics", make_aiohttp_handler(registry))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

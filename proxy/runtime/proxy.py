@@ -27,6 +27,7 @@ from proxy.edge.mcptools import internal as tool_calls
 from proxy.edge.openapi_gate import PRESET, OpenAPIGate
 from proxy.edge.target import upstream_target
 from proxy.edge.upstream import UpstreamError
+from proxy.observation.access_log import AccessLog
 from proxy.observation.metrics import Metrics, RepeatTracker
 from proxy.observation.request_id import request_id
 from proxy.policy import oauth_client
@@ -88,7 +89,8 @@ class Proxy:
         self.openapi = OpenAPIGate(lambda request: request[GENERATION].loaded)
         self.gate = CircuitGate(self.circuits, self.openapi)
         self.own = OwnFailures(metrics, detector, self.retry_safety, logger)
-        self.recorder = Recorder(metrics, logger)
+        #: request lines: every error's, successes' as ``access_log_sample`` says
+        self.recorder = Recorder(metrics, logger, AccessLog(lambda: self.store.settings))
         self.websockets = WebSockets(metrics, logger, self.recorder)
         self.review, self.count = Review(crosscall), Count(metrics, RepeatTracker())
         self.reply = Reply(metrics, Negotiator())

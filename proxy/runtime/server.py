@@ -29,6 +29,7 @@ from structlog.typing import FilteringBoundLogger
 
 from proxy import __version__
 from proxy.config.settings import Settings, parse_hostport
+from proxy.config.shown import shown_upstreams
 from proxy.config.sources import ConfigSource
 from proxy.config.yamlfile import RuleError
 from proxy.edge.limits import FdWatch, connection_budget, raise_nofile
@@ -148,7 +149,7 @@ async def serve(
     settings' rules, when the caller has already loaded them (``mend run`` does, to refuse to
     start on a bad one), so start-up does not read and compile them twice."""
     out = LineWriter(sys.stdout, flush_interval=LOG_FLUSH_INTERVAL)
-    logger = make_logger(out)
+    logger = make_logger(out, settings.log_level)
     # aiohttp's and asyncio's own records, as JSON lines, repeats counted once per interval
     stdlib = route_stdlib_logging(logger)
     try:
@@ -274,6 +275,7 @@ async def _serve(
         worker=worker or None,
         rules=store.engine.rule_count,
         routes=[r.name for r in settings.routes],
+        upstreams=shown_upstreams(settings),
     )
     # the catalog's first build took the loop, and every request, for ~0.3 s: a thread does it
     catalog_built = asyncio.ensure_future(asyncio.to_thread(server.catalog.entries))

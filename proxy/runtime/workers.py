@@ -258,7 +258,7 @@ def run_workers(settings: Settings, source: ConfigSource | None = None) -> None:
     # set before any worker starts: prometheus-client picks its value store at import time
     os.environ[MULTIPROC_ENV] = metrics_dir
     try:
-        logger = make_logger()
+        logger = make_logger(level=settings.log_level)
         route_stdlib_logging(logger)
         asyncio.run(Supervisor(settings, logger, metrics_dir, source).run())
     finally:

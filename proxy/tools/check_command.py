@@ -7,23 +7,61 @@ import sys
 from pathlib import Path
 
 import orjson
+import yaml
 
+from proxy import __version__
 from proxy.config.certificates import check_files
 from proxy.config.settings import PACKAGED_RULES, Settings
+from proxy.config.shown import shown_settings
 from proxy.config.sources import load_settings
 from proxy.config.yamlfile import RuleError
-from proxy.policy.ruleengine import Engine
-from proxy.policy.rulefile import load_rules, rule_files
+from proxy.policy.ruleengine import FALLBACKS, Engine
+from proxy.policy.rulefile import rule_files
 from proxy.policy.ruleset import RuleSet
+from proxy.policy.words import counted
+from proxy.tools.ruletest.engines import engine_settings
 
 
-def config_schema(args: argparse.Namespace) -> int:
-    """``mend config --schema``: the config file's JSON Schema, for editors and CI."""
+def config(args: argparse.Namespace) -> int:
+    """``mend config --show``: the effective configuration (``nginx -T``); ``--schema``: the config
+    file's JSON Schema, for editors and CI; neither: what the command does, and its flags."""
     if args.schema:
         print(orjson.dumps(Settings.model_json_schema(), option=orjson.OPT_INDENT_2).decode())
         return 0
-    print("mend config: give --schema", file=sys.stderr)
-    return 2
+    if args.show:
+        return _show(args)
+    print(args.usage(), end="")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    """The settings ``mend run`` with the same flags would run with, as YAML, secrets masked."""
+    from proxy.tools.run_command import StartupError, effective_settings  # noqa: PLC0415
+
+    try:
+        settings = effective_settings(args)
+    except StartupError as exc:
+        print("\n".join(f"mend: error: {problem}" for problem in exc.problems), file=sys.stderr)
+        return 2
+    print(f"# mend {__version__}: the effective configuration, defaults included, secrets masked")
+    print(yaml.safe_dump(shown_settings(settings), sort_keys=False), end="")
+    return 0
+
+
+def _rules_line(engine: Engine, files: int) -> str:
+    """``313 rules: 254 in 28 files, 59 built in``, every rule counted as ``mend run`` and
+    ``/readyz`` count them: the files' and mend's built-in fallbacks and own errors."""
+    total, built_in = engine.rule_count, len(engine.own) + len(_fallback_ids(engine))
+    in_files = total - built_in
+    return (
+        f"{counted(total, 'rule')}: {in_files} in {counted(files, 'file')}, {built_in} built in "
+        "(fallbacks and mend's own errors)"
+    )
+
+
+def _fallback_ids(engine: Engine) -> set[str]:
+    """The ids of mend's built-in fallback rules among the engine's."""
+    return {rule.id for rule in engine.rules if Path(rule.source.rpartition(":")[0]) == FALLBACKS}
 
 
 def check(args: argparse.Namespace) -> int:
@@ -37,15 +75,16 @@ def check(args: argparse.Namespace) -> int:
             if tls_problems := check_files(settings):  # the certificates it would serve with
                 print("\n".join(str(problem) for problem in tls_problems), file=sys.stderr)
                 return 1
-            print(f"ok: {args.config}: {engine.rule_count} rules, {len(settings.routes)} routes")
+            routes = counted(len(settings.routes), "route")
+            print(f"ok: {args.config}: {counted(engine.rule_count, 'rule')}, {routes}")
             if not args.paths:
                 return _coverage(args, settings, engine) if args.coverage else 0
         files = list(rule_files(paths))
-        rules = load_rules(paths)
+        engine = Engine.load(engine_settings(paths, default_packs=False))
     except RuleError as exc:
         print("\n".join(exc.problems), file=sys.stderr)
         return 1
-    print(f"ok: {len(rules)} rules in {len(files)} files")
+    print(f"ok: {_rules_line(engine, len(files))}")
     return _coverage(args, None, None) if args.coverage else 0
 
 

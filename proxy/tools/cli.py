@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from proxy import __version__
 from proxy.config.choices import ProtocolName
+from proxy.observation.logs import LEVELS
 from proxy.tools import check_command, explain_command, run_command, suggest_command
 
 if TYPE_CHECKING:  # generic for type checkers only
@@ -29,6 +30,12 @@ def _status(text: str) -> int:
 def _run_parser(sub: _Commands) -> None:
     """``mend run``'s flags."""
     run = sub.add_parser("run", help="run the proxy")
+    _run_flags(run)
+    run.set_defaults(handler=run_command.run)
+
+
+def _run_flags(run: argparse.ArgumentParser) -> None:
+    """The flags of ``mend run``, which ``mend config --show`` takes too."""
     run.add_argument("--upstream", help="URL of the API to put mend in front of")
     run.add_argument("--rules", action="append", help="rule file or directory (repeatable)")
     run.add_argument("--listen", help="HOST:PORT for agents (default 127.0.0.1:8080)")
@@ -90,6 +97,11 @@ def _run_parser(sub: _Commands) -> None:
     )
     run.add_argument("--no-default-packs", action="store_true", help="do not load rules/ packs")
     run.add_argument(
+        "--log-level",
+        choices=list(LEVELS),
+        help="the least severe log line written: debug, info (default), warning, error",
+    )
+    run.add_argument(
         "--no-watch",
         action="store_true",
         help="do not poll rule, config and certificate files (SIGHUP and POST /-/reload still do)",
@@ -115,7 +127,6 @@ def _run_parser(sub: _Commands) -> None:
         metavar="NAME",
         help="name to send in SNI and check in the upstream's certificate (default: its host)",
     )
-    run.set_defaults(handler=run_command.run)
 
 
 def _check_parser(sub: _Commands) -> None:
@@ -151,15 +162,30 @@ def _test_parser(sub: _Commands) -> None:
 
 def _config_parser(sub: _Commands) -> None:
     """``mend config``'s flags."""
-    config = sub.add_parser("config", help="about the config file")
-    config.add_argument("--schema", action="store_true", help="print its JSON Schema")
-    config.set_defaults(handler=check_command.config_schema)
+    config = sub.add_parser(
+        "config",
+        help="the effective configuration, or the config file's schema",
+        description="--show prints the settings `mend run` would run with, given the same "
+        "flags (--config FILE, or --upstream URL and the rest), defaults included and secrets "
+        "masked, as YAML; --schema prints the config file's JSON Schema.",
+    )
+    what = config.add_mutually_exclusive_group()
+    what.add_argument(
+        "--show",
+        action="store_true",
+        help="print the effective configuration as YAML (secrets masked); with mend run's flags",
+    )
+    what.add_argument("--schema", action="store_true", help="print the config file's JSON Schema")
+    _run_flags(config)
+    config.set_defaults(handler=check_command.config, usage=config.format_help)
 
 
 def _explain_parser(sub: _Commands) -> None:
     """``mend explain``'s flags."""
     exp = sub.add_parser("explain", help="show which rule a response matches, and why")
-    exp.add_argument("--status", type=_status, help="the upstream's status (required)")
+    exp.add_argument(
+        "--status", type=_status, help="the upstream's status (required, unless --redact)"
+    )
     exp.add_argument(
         "--redact",
         metavar="FILE",
@@ -175,8 +201,8 @@ def _explain_parser(sub: _Commands) -> None:
     exp.add_argument(
         "--protocol",
         choices=[p.value for p in ProtocolName],
-        default=ProtocolName.HTTP.value,
-        help="answer in the agent's protocol: auto, jsonrpc, mcp, graphql (default http)",
+        help="what the agent speaks: auto (detected from the request, as mend run does), http, "
+        "jsonrpc, mcp, graphql (default: the route's protocol, auto unless --config sets one)",
     )
     request_body = exp.add_mutually_exclusive_group()
     request_body.add_argument("--request-body", help="the request's body (a JSON-RPC call...)")

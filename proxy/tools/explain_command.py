@@ -68,7 +68,7 @@ def explain(args: argparse.Namespace) -> int:
         print(f"mend explain: {exc}", file=sys.stderr)
         return 2
     try:
-        request_body = _request_body(args)
+        request_body = _request_body(args, route)
     except OSError as exc:
         print(f"mend explain: {exc}", file=sys.stderr)
         return 2
@@ -150,12 +150,14 @@ def _explain_redaction(args: argparse.Namespace) -> int:
     return 0
 
 
-def _request_body(args: argparse.Namespace) -> explaining.RequestBody:
-    """``--protocol`` and the request's body and query, for a protocol's answer."""
+def _request_body(args: argparse.Namespace, route: Route) -> explaining.RequestBody:
+    """``--protocol`` (else the route's, as ``mend run`` has it) and the request's body and
+    query, for a protocol's answer."""
     from proxy.policy import explanation as explaining  # noqa: PLC0415 - a subcommand's own modules
 
     if args.request_body_file:
         body: bytes | None = Path(args.request_body_file).read_bytes()
     else:
         body = args.request_body.encode() if args.request_body is not None else None
-    return explaining.RequestBody(ProtocolName(args.protocol), body, args.query or "")
+    protocol = ProtocolName(args.protocol) if args.protocol else route.protocol
+    return explaining.RequestBody(protocol, body, args.query or "")

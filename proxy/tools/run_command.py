@@ -41,6 +41,8 @@ def _settings_from_args(args: argparse.Namespace) -> tuple[Settings, ConfigSourc
         overrides["default_packs"] = False
     if args.no_watch:
         overrides["watch_rules"] = False
+    if getattr(args, "log_level", None):
+        overrides["log_level"] = args.log_level
     if getattr(args, "workers", None):
         overrides["workers"] = args.workers
     if getattr(args, "public_url", None):
@@ -138,6 +140,7 @@ _FLAGS = {
     "read_timeout": "--read-timeout",
     "connect_timeout": "--connect-timeout",
     "workers": "--workers",
+    "log_level": "--log-level",
     "rules": "--rules",
     "openapi": "--openapi",
     "validate_requests": "--validate-requests",
@@ -221,6 +224,16 @@ def _errors(problems: Sequence[str]) -> int:
     """Start-up problems, one ``mend: error:`` line each (no traceback); exit status 2."""
     print("\n".join(f"mend: error: {problem}" for problem in problems), file=sys.stderr)
     return 2
+
+
+def effective_settings(args: argparse.Namespace) -> Settings:
+    """The settings ``mend run`` with these flags would run with (``mend config --show``);
+    ``StartupError`` names every problem with them."""
+    try:
+        settings, _ = _settings_from_args(args)
+    except RuleError as exc:
+        raise StartupError(*exc.problems) from None
+    return settings
 
 
 def _checked(args: argparse.Namespace) -> tuple[Settings, ConfigSource | None, Engine]:

@@ -11,6 +11,7 @@ from pydantic import Field, ValidationError
 
 from proxy.config.yamlfile import RuleError, validation_problems
 from proxy.policy.ruleset import RuleSet
+from proxy.policy.words import counted
 from proxy.tools.ruletest.cases import (
     CaseFile,
     CaseModel,
@@ -163,7 +164,8 @@ class Coverage:
 
     def lines(self) -> list[str]:
         out = [
-            f"coverage: {self.total} responses: {self.specific} matched specific rules, "
+            f"coverage: {counted(self.total, 'response')}: "
+            f"{counted(self.specific, 'matched specific rule')}, "
             f"{len(self.fallback_only)} only a fallback, "
             + (f"{len(self.deliberate)} left to a fallback on purpose, " if self.deliberate else "")
             + f"{len(self.passthrough)} passed through"

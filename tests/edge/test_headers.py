@@ -6,6 +6,7 @@ every name in lower case."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from proxy.edge.envelope_headers import DROPPED, OF_THE_BODY
+from proxy.edge.forward import HOP_BY_HOP
 from tests.hostile.procs import ROOT, MendProcess, free_port, mend_process, raw_exchange, wait_port
 
 
@@ -136,3 +139,16 @@ def test_an_envelopes_names_keep_the_upstreams_case(mend: MendProcess) -> None:
         assert name in names, (name, names)
     assert "X-Error-Code" in names
     assert "X-Request-ID" in names
+
+
+def test_the_drop_list_is_documented() -> None:
+    """docs/headers.md lists every header an envelope drops, with the reason the code gives."""
+    doc = (ROOT / "docs" / "headers.md").read_text()
+    rows = dict(re.findall(r"^\| `([a-z0-9-]+)` \| (.+?) \|$", doc, re.M))
+    for name, why in OF_THE_BODY.items():
+        assert rows.get(name) == why, name
+    hop_row = next(line for line in doc.splitlines() if line.startswith("| `connection`"))
+    for name in HOP_BY_HOP:
+        assert f"`{name}`" in hop_row, name
+    for name, why in DROPPED.items():
+        assert name in HOP_BY_HOP or rows.get(name) == why, name

@@ -253,10 +253,10 @@ class Reply:
         return status, body, content_type
 
     def _kept(self, flow: Flow, headers: CIMultiDict[str]) -> None:
-        """The upstream's headers an envelope keeps (``envelope_headers.kept``), redacted; its
-        cookies, challenges and MCP session as they came (a cookie set with a 401 or a 409 is
-        the agent's own session), a redirect as rewritten, a CORS origin that echoes the
-        request's as it came."""
+        """The upstream's headers an envelope keeps (``envelope_headers.kept``), redacted (one
+        that redaction changes is dropped); its cookies, challenges and MCP session as they
+        came (a cookie set with a 401 or a 409 is the agent's own session), a redirect as
+        rewritten, a CORS origin that echoes the request's as it came."""
         assert flow.upstream is not None
         upstream = flow.upstream
         origin = flow.request.headers.get("Origin")
@@ -272,7 +272,10 @@ class Reply:
                 redactor = redactor or flow.redactor()
                 scrubbed = redactor.scrub(value.strip())
                 kinds.extend(scrubbed.kinds)
-                text = safe_header_value(scrubbed.text, limit=2048)
+                # a value partly masked is no longer the header's syntax (``<an internal
+                # service>; rel="next"``, an origin that is not one): dropped whole
+                masked = scrubbed.text != value.strip()
+                text = "" if masked else safe_header_value(scrubbed.text, limit=2048)
             if text:
                 headers.add(name, text)
         self.metrics.redacted(kinds)

@@ -45,6 +45,7 @@ def _answer(scope: Scope) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
             (b"content-language", b"de"),
             (b"content-md5", b"Q2hlY2sgSW50ZWdyaXR5IQ=="),
             (b"x-powered-by", b"Express"),
+            (b"x-help", b"see http://10.1.2.3:9000/help"),
         ]
         return 404, headers, NOT_FOUND
     if path == "/moved":

@@ -130,6 +130,15 @@ def test_an_envelope_drops_what_describes_the_old_body(mend: MendProcess) -> Non
     assert _values(fields, "server") == ["mend"]
 
 
+def test_an_envelope_drops_a_header_redaction_would_change(mend: MendProcess) -> None:
+    """A kept header naming an internal address is dropped whole, neither leaked nor sent half
+    masked (``see an internal service``); the other headers stay."""
+    _, fields, body = _exchange(mend.port, "/missing")
+    assert not _values(fields, "x-help")
+    assert b"10.1.2.3" not in body
+    assert _values(fields, "x-more-info") == ["https://docs.example/errors/not-found"]
+
+
 def test_an_envelopes_names_keep_the_upstreams_case(mend: MendProcess) -> None:
     """The names the upstream sent are spelt as it spelt them on the envelope too, those mend
     writes anew (``content-type``, ``server``) included; mend's own keep their usual case."""

@@ -16,6 +16,7 @@ from aiohttp import web
 from structlog.typing import FilteringBoundLogger
 
 from proxy.edge.failures import UpstreamResponseTooLarge, upstream_errors
+from proxy.edge.names import spelling
 from proxy.edge.passthrough import PassedResponse, PassedStream, Redirect, passthrough_headers
 from proxy.edge.upstream import Response, UpstreamError
 from proxy.policy.protocols.base import Protocol
@@ -50,6 +51,7 @@ def buffered(
         reason=upstream.reason,
         body=raw,
         headers=passthrough_headers(upstream.headers, rid, redirect),
+        spelt=spelling(upstream.headers),
     )
 
 
@@ -106,6 +108,7 @@ async def stream(
         status=upstream.status,
         reason=upstream.reason,
         headers=passthrough_headers(upstream.headers, rid, redirect),
+        spelt=spelling(upstream.headers),
     )
     await response.prepare(request)
     request[STARTED] = True

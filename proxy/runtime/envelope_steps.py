@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import math
-import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.config.choices import ProtocolName, Rendering
+from proxy.edge import envelope_headers
 from proxy.edge.mcptools import internal as tool_calls
+from proxy.edge.names import USUAL, spelling
 from proxy.edge.openapi_gate import OpenAPIGate
+from proxy.edge.passthrough import EnvelopeResponse
 from proxy.observation.metrics import Metrics, RepeatTracker
 from proxy.policy.crosscall.review import body_digest
 from proxy.policy.crosscall.view import CrossCall
@@ -35,7 +36,6 @@ from proxy.policy.evaluate import Answer, Evaluation
 from proxy.policy.exchange import NOT_JSON, Exchange
 from proxy.policy.negotiation import Negotiator
 from proxy.policy.openapi.enrich import allow_header
-from proxy.policy.redaction import is_internal_header
 from proxy.policy.render import render, safe_header_value
 
 if TYPE_CHECKING:
@@ -45,12 +45,6 @@ if TYPE_CHECKING:
 #: A step: the answer, changed or not; the cross-call review waits on its store.
 Step = Callable[["Flow", Exchange, Answer], Answer | Awaitable[Answer]]
 
-#: Upstream headers an agent needs to act on an envelope; all others are dropped from envelopes.
-KEPT_ON_ENVELOPES = re.compile(
-    r"^(www-authenticate|allow|accept|accept-patch|accept-post|retry-after|"
-    r"(x-)?ratelimit(-.*)?|x-rate-limit-.*|mcp-session-id|mcp-protocol-version)$",
-    re.I,
-)
 #: errors of one response reviewed across calls (one store call each); the rest go as built
 REVIEWED_UNITS = 16
 #: kept upstream headers the client reads or sends back as they came, never redacted: an
@@ -59,6 +53,9 @@ REVIEWED_UNITS = 16
 #: session
 #: id looks like a key, and a masked one ends the session)
 _AS_SENT = frozenset({"www-authenticate", "mcp-session-id", "mcp-protocol-version"})
+#: kept upstream headers whose URL names mend once rewritten (``proxy/edge/redirect.py``): as
+#: rewritten, not redacted (mend's own address is no upstream internal)
+_REWRITTEN = frozenset({"location", "refresh"})
 
 
 def answer_status(flow: Flow, exchange: Exchange) -> int:
@@ -199,8 +196,9 @@ class Enrich:
 class Reply:
     """The response carrying the envelopes: the protocol's rendering, else the first envelope in
     the rendering ``Accept`` (or the route) asks for; with the headers every envelope gets
-    (docs/contract.md §3): kept upstream headers (redacted), ``Allow`` on a 405, the request id, the
-    code, the upstream's status, ``Retry-After``."""
+    (docs/contract.md §3): the upstream's headers but those of its old body, its connection and its
+    software (``proxy/edge/envelope_headers.py``; redacted), ``Allow`` on a 405, the request id,
+    the code, the upstream's status, ``Retry-After``; each name as the upstream spelt it."""
 
     def __init__(self, metrics: Metrics, negotiator: Negotiator) -> None:
         self.metrics = metrics
@@ -211,8 +209,10 @@ class Reply:
         envelope = answer.evaluations[0].envelope
         http_status, body, content_type = self._body(flow, answer, answer_status(flow, exchange))
         headers = CIMultiDict[str]()
+        spelt = USUAL
         if flow.upstream is not None and flow.failure is None:
             self._kept(flow, headers)
+            spelt = spelling(flow.upstream.headers)
         if envelope.category is Category.METHOD_NOT_ALLOWED and "Allow" not in headers:
             allow = allow_header(envelope.allowed_values)  # RFC 9110: a 405 says what is
             if allow is not None:
@@ -222,7 +222,7 @@ class Reply:
         headers["X-Request-ID"] = envelope.request_id
         headers["X-Error-Code"] = safe_header_value(envelope.code)
         if not (route and route.force_rendering):
-            headers["Vary"] = "Accept"  # the body depends on Accept: caches must key on it
+            _vary_on_accept(headers)  # the body depends on Accept: caches must key on it
         headers["Server"] = "mend"  # never the default "Python/x aiohttp/y" banner
         if envelope.upstream_status is not None and envelope.upstream_status != http_status:
             headers["X-Upstream-Status"] = str(envelope.upstream_status)
@@ -230,7 +230,9 @@ class Reply:
             headers["Retry-After"] = str(math.ceil(envelope.retry_after_ms / 1000))
         if request.transport is None:  # an MCP tool's call: what its result is made of
             request[tool_calls.ENVELOPE] = envelope
-        flow.response = web.Response(status=http_status, body=body, headers=headers)
+        flow.response = EnvelopeResponse(
+            status=http_status, body=body, headers=headers, spelt=spelt
+        )
         flow.envelope = envelope
         return answer
 
@@ -252,27 +254,66 @@ class Reply:
         return status, body, content_type
 
     def _kept(self, flow: Flow, headers: CIMultiDict[str]) -> None:
-        """The upstream's headers an agent needs, redacted; its cookies as they came (the
-        agent's own session: a cookie set with a 401 or a 409 must still reach it)."""
+        """The upstream's headers an envelope keeps (``envelope_headers.kept``), redacted (one
+        that redaction changes is dropped); its cookies, challenges and MCP session as they
+        came (a cookie set with a 401 or a 409 is the agent's own session), a redirect as
+        rewritten, a CORS origin that echoes the request's as it came."""
         assert flow.upstream is not None
-        upstream_headers = flow.upstream.headers
-        for cookie in upstream_headers.getall("Set-Cookie", ()):
-            headers.add("Set-Cookie", cookie)
+        upstream = flow.upstream
+        origin = flow.request.headers.get("Origin")
         kinds: list[str] = []
         redactor = None
-        for name, value in upstream_headers.items():
-            if not KEPT_ON_ENVELOPES.match(name) or is_internal_header(name):
+        for name, value in envelope_headers.kept(upstream.headers, upstream.status):
+            lowered = name.lower()
+            if lowered == "set-cookie":
+                headers.add(name, value)
                 continue
-            if name.lower() in _AS_SENT:
-                text = _as_sent(flow, name, value)
-            else:
+            text = _passing(flow, name, value, origin)
+            if text is None:
                 redactor = redactor or flow.redactor()
                 scrubbed = redactor.scrub(value.strip())
                 kinds.extend(scrubbed.kinds)
-                text = safe_header_value(scrubbed.text, limit=2048)
+                # a value partly masked is no longer the header's syntax (``<an internal
+                # service>; rel="next"``, an origin that is not one): dropped whole
+                masked = scrubbed.text != value.strip()
+                text = "" if masked else safe_header_value(scrubbed.text, limit=2048)
             if text:
                 headers.add(name, text)
         self.metrics.redacted(kinds)
+
+
+def _passing(flow: Flow, name: str, value: str, origin: str | None) -> str | None:
+    """A kept header's value when it passes unredacted (a challenge, MCP's session, a CORS
+    origin echoing the request's, a redirect rewritten to name mend); ``None`` otherwise."""
+    lowered = name.lower()
+    if lowered in _AS_SENT:
+        return _as_sent(flow, name, value)
+    if lowered == "access-control-allow-origin" and _echoes(value, origin):
+        return safe_header_value(value, limit=len(value))
+    if lowered in _REWRITTEN and (rewrite := flow.redirect()) is not None:
+        rewritten = rewrite(name, value)
+        if rewritten != value:
+            return safe_header_value(rewritten, limit=2048)
+    return None
+
+
+def _echoes(value: str, origin: str | None) -> bool:
+    """Whether an ``Access-Control-Allow-Origin`` says nothing the agent did not send: ``*``,
+    ``null``, or the request's own ``Origin``, which redaction would mask when it is a
+    ``localhost`` or private address (a browser agent in development) and break CORS."""
+    value = value.strip()
+    return value in ("*", "null") or (origin is not None and value == origin.strip())
+
+
+def _vary_on_accept(headers: CIMultiDict[str]) -> None:
+    """``Accept`` among the upstream's ``Vary`` (kept: CORS varies on ``Origin``), in its
+    field; ``Vary: Accept`` when it sent none. ``*`` already varies on everything."""
+    values = headers.getall("Vary", ())
+    tokens = {t.strip().lower() for value in values for t in value.split(",")}
+    if not values:
+        headers["Vary"] = "Accept"
+    elif not tokens & {"accept", "*"}:
+        headers["Vary"] = ", ".join([*values, "Accept"])
 
 
 def _as_sent(flow: Flow, name: str, value: str) -> str:

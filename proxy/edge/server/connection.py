@@ -443,7 +443,13 @@ class AgentConnection(BaseProtocol):
 
         A body still arriving is read and dropped (for up to ``lingering_s``) even when the
         connection closes after the response: closed with unread bytes, the socket resets, and
-        an agent still sending (a 413 mid-body) gets ECONNRESET instead of the response."""
+        an agent still sending (a 413 mid-body) gets ECONNRESET instead of the response.
+
+        An upstream that answered before it had the whole body (its response released, its
+        body's send cancelled: ``proxy/edge/upstream/pool.py``) leaves that send still waiting
+        on the body when this begins: it lets go on its next turn of the loop, and the rest of
+        the body is read here, as direct (aiohttp's reader refuses a second reader, and the
+        connection used to close with the agent still sending: client-suites B4)."""
         if not response.keep_alive:
             self._closing = True
         body = request.content
@@ -456,6 +462,9 @@ class AgentConnection(BaseProtocol):
         try:
             async with asyncio.timeout(self.limits.lingering_s):
                 while not body.is_eof():
+                    if body._waiter is not None:  # a reader cancelled, not yet unwound
+                        await asyncio.sleep(0)
+                        continue
                     await body.readany()
         except Exception:  # timed out, the agent gone, or its body broke off
             self._closing = True

@@ -197,8 +197,13 @@ def _build(
     primary = next((f for f in invalid if f.field == field_pointer), None)
     if allowed is None and primary is not None:
         allowed = primary.allowed_values
+    if suggested is None and primary is not None:
+        suggested = primary.suggested_value
     if suggested is None and isinstance(allowed, dict):
         suggested = constraints.suggest(allowed, primary.received if primary else None)
+    if primary is not None and primary.suggested_value is None and suggested is not None:
+        # the field and the top level suggest one value, never one each
+        invalid[invalid.index(primary)] = revised(primary, {"suggested_value": suggested})
 
     next_operation = text(compiled.next_operation)
     op = operation(exchange)

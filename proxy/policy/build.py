@@ -191,6 +191,11 @@ def _build(
         else invalid_fields.found(compiled.invalid_fields, exchange, scrub)
     )
     field_pointer = text(compiled.field) or (invalid[0].field if invalid else None)
+    op = operation(exchange)
+    message = text(compiled.message) or _DEFAULT_MESSAGE[spec.category].format(op=op)
+    if not invalid and field_pointer is not None:
+        # a rule naming one field (``field: "/{{ param }}"``) names one invalid field
+        invalid = [invalid_fields.named(field_pointer, message, scrub)]
     allowed = render(compiled.allowed_values)
     suggested = render(compiled.suggested_value)
     # the primary field (the one `field` names) lends its constraints to the top level
@@ -206,8 +211,6 @@ def _build(
         invalid[invalid.index(primary)] = revised(primary, {"suggested_value": suggested})
 
     next_operation = text(compiled.next_operation)
-    op = operation(exchange)
-    message = text(compiled.message) or _DEFAULT_MESSAGE[spec.category].format(op=op)
     # a fix "as the message says" needs a message that says something: a rule whose message is
     # the upstream's own words (or none) on a response that had none says nothing
     unsaid = (

@@ -52,6 +52,12 @@ def _invalid_field(
     )
 
 
+def named(pointer: str, reason: Any, scrub: Scrub) -> InvalidField:
+    """The one invalid field a rule's ``field:`` names when it lists none: the message is its
+    reason, and what the message bounds are its allowed values."""
+    return _invalid_field(pointer, reason, None, None, scrub)
+
+
 def written(
     items: list[dict[str, Any]], render: Callable[[Any], Any], scrub: Scrub
 ) -> list[InvalidField]:

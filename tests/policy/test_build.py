@@ -157,6 +157,14 @@ rules:
       code: CAMEL
       category: validation
       invalid_fields: {each: "errors", field_case: camel}
+  - id: x.one_field
+    when: {status: 418}
+    vars: {param: param, said: errmsg}
+    envelope:
+      code: ONE_FIELD
+      category: validation
+      message: "{{ said }}"
+      field: "/{{ param }}"
   - id: x.jsonapi
     when: {status: 409}
     envelope:
@@ -180,6 +188,16 @@ def test_invalid_fields_written_in_the_rule() -> None:
     env = extra_envelope(400, "field colour must be one of red, blue")
     assert [(f.field, f.received) for f in env.invalid_fields] == [("/colour", "colour")]
     assert env.field == "/colour"
+
+
+def test_a_single_field_names_one_invalid_field() -> None:
+    """A rule giving only ``field:`` lists that field in invalid_fields, its reason the
+    message, its bounds read from it, and a step that names it."""
+    env = extra_envelope(418, '{"errmsg": "qty must be between 1 and 99", "param": "qty"}')
+    assert [(f.field, f.reason, f.allowed_values) for f in env.invalid_fields] == [
+        ("/qty", "qty must be between 1 and 99", {"minimum": 1, "maximum": 99})
+    ]
+    assert env.steps[0] == "Change /qty: qty must be between 1 and 99."
 
 
 def test_field_case_camel_matches_request_json() -> None:

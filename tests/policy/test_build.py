@@ -132,6 +132,18 @@ def test_non_idempotent_retry_after_502_warns(
         ),
         ("404 page not found\n", "text/plain", "404 page not found"),
         ("", "text/plain", None),
+        (
+            '{"errcode": 40001, "errmsg": "invalid credential"}',
+            "application/json",
+            "invalid credential",
+        ),
+        (
+            '{"error_code": "X", "error_message": "no such order"}',
+            "application/json",
+            "no such order",
+        ),
+        ('{"errorMessage": "no such order"}', "application/json", "no such order"),
+        ('{"status": 404, "reason": "no such order"}', "application/json", "no such order"),
     ],
 )
 def test_upstream_message_is_found_generically(

@@ -20,6 +20,7 @@ from proxy.policy import upstream_detail as detail
 from proxy.policy.compiled_envelope import DEFAULT_ACTION, CompiledEnvelope
 from proxy.policy.envelope import Action, Category, Envelope, InvalidField, made, revised
 from proxy.policy.exchange import Exchange
+from proxy.policy.regex import linear
 from proxy.policy.resend import KEY_SENTENCE, Resend, check_first, keyed_steps, resend
 from proxy.policy.retry import clamp, retry_after_ms
 from proxy.policy.scrubber import recalled
@@ -180,7 +181,7 @@ def _build(
 
     def text(value: Any) -> str | None:
         rendered = render(value)
-        return single_line(rendered) if rendered not in (None, "") else None
+        return _filled(rendered) if rendered not in (None, "") else None
 
     spec = compiled.spec
     action, retryable, again, wait = decided
@@ -282,10 +283,20 @@ def _wait(from_rule: Any, exchange: Exchange, options: BuildOptions) -> int:
     )
 
 
+#: RE2: parentheses a template left empty ("unavailable ({{ message }})" of a message the
+#: redactor removed whole), with the space before them.
+_EMPTY_PARENS = linear(r"\s*\(\s*\)")
+
+
+def _filled(rendered: Any) -> str:
+    """A rendered sentence on one line, without the parentheses an empty value left."""
+    return single_line(_EMPTY_PARENS.sub("", single_line(rendered)))
+
+
 def _written_steps(rendered: Any, empty: tuple[str, ...]) -> list[str]:
     """A rule's own steps, one line each; none when one cites a field the envelope leaves
     empty (the default steps then stand)."""
-    written = [single_line(s) for s in rendered if s] if isinstance(rendered, list) else []
+    written = [_filled(s) for s in rendered if s] if isinstance(rendered, list) else []
     return [] if any(_cites(s, empty) for s in written) else written
 
 

@@ -177,6 +177,14 @@ rules:
       category: validation
       message: "{{ said }}"
       field: "/{{ param }}"
+  - id: x.empty
+    when: {status: 503}
+    vars: {said: nothing_here}
+    envelope:
+      code: DOWN
+      category: unavailable
+      message: "A service it depends on is unavailable ({{ said }})."
+      steps: ["Wait ({{ said }}) retry_after_ms.", "Send it again unchanged."]
   - id: x.jsonapi
     when: {status: 409}
     envelope:
@@ -210,6 +218,14 @@ def test_a_single_field_names_one_invalid_field() -> None:
         ("/qty", "qty must be between 1 and 99", {"minimum": 1, "maximum": 99})
     ]
     assert env.steps[0] == "Change /qty: qty must be between 1 and 99."
+
+
+def test_a_value_left_empty_leaves_no_empty_parentheses() -> None:
+    """A template's "(...)" around a value the upstream did not give is dropped with it, in
+    the message and the steps."""
+    env = extra_envelope(503, '{"error": "down"}')
+    assert env.message == "A service it depends on is unavailable."
+    assert env.steps[0] == "Wait retry_after_ms."
 
 
 def test_field_case_camel_matches_request_json() -> None:

@@ -80,7 +80,7 @@ def load_settings(path: Path, overrides: dict[str, object] | None = None) -> Set
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        raise RuleError(validation_problems(exc, name, lines)) from exc
+        raise RuleError(validation_problems(exc, name, lines, Settings)) from exc
 
 
 #: Certificate and key files in a config file, top level and in a route's ``tls:``.

@@ -7,7 +7,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+
+from proxy.config.known_keys import did_you_mean
 
 
 class RuleError(ValueError):
@@ -218,7 +220,11 @@ def _line_for(loc: tuple[Any, ...], lines: Lines) -> int:
     return lines.get(path, 1)
 
 
-def validation_problems(exc: ValidationError, name: str, lines: Lines) -> list[str]:
+def validation_problems(
+    exc: ValidationError, name: str, lines: Lines, model: type[BaseModel] | None = None
+) -> list[str]:
+    """``file:line: what is wrong`` for each of ``exc``'s errors; an unknown key of ``model``'s
+    (the validated one) names the known key it is nearest to."""
     problems = []
     errors = exc.errors()
     failing = [tuple(error["loc"]) for error in errors]
@@ -228,6 +234,10 @@ def validation_problems(exc: ValidationError, name: str, lines: Lines) -> list[s
             len(other) > len(loc) and other[: len(loc)] == loc for other in failing
         ):
             continue  # "routes: at least 1 item" because its only item failed: not the news
+        if error["type"] == "extra_forbidden" and loc:
+            known = did_you_mean(model, loc)
+            problems.append(f"{name}:{_line_for(loc, lines)}: unknown key {str(loc[-1])!r}{known}")
+            continue
         where = ".".join(str(p) for p in loc) or "(top)"
         message = error["msg"].removeprefix("Value error, ")
         problems.append(f"{name}:{_line_for(loc, lines)}: {where}: {message}")

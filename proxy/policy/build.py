@@ -20,6 +20,7 @@ from proxy.policy import upstream_detail as detail
 from proxy.policy.compiled_envelope import DEFAULT_ACTION, CompiledEnvelope
 from proxy.policy.envelope import Action, Category, Envelope, InvalidField, made, revised
 from proxy.policy.exchange import Exchange
+from proxy.policy.regex import linear
 from proxy.policy.resend import KEY_SENTENCE, Resend, check_first, keyed_steps, resend
 from proxy.policy.retry import clamp, retry_after_ms
 from proxy.policy.scrubber import recalled
@@ -180,7 +181,7 @@ def _build(
 
     def text(value: Any) -> str | None:
         rendered = render(value)
-        return single_line(rendered) if rendered not in (None, "") else None
+        return _filled(rendered) if rendered not in (None, "") else None
 
     spec = compiled.spec
     action, retryable, again, wait = decided
@@ -191,18 +192,26 @@ def _build(
         else invalid_fields.found(compiled.invalid_fields, exchange, scrub)
     )
     field_pointer = text(compiled.field) or (invalid[0].field if invalid else None)
+    op = operation(exchange)
+    message = text(compiled.message) or _DEFAULT_MESSAGE[spec.category].format(op=op)
+    if not invalid and field_pointer is not None:
+        # a rule naming one field (``field: "/{{ param }}"``) names one invalid field
+        invalid = [invalid_fields.named(field_pointer, message, scrub)]
     allowed = render(compiled.allowed_values)
     suggested = render(compiled.suggested_value)
     # the primary field (the one `field` names) lends its constraints to the top level
     primary = next((f for f in invalid if f.field == field_pointer), None)
     if allowed is None and primary is not None:
         allowed = primary.allowed_values
+    if suggested is None and primary is not None:
+        suggested = primary.suggested_value
     if suggested is None and isinstance(allowed, dict):
         suggested = constraints.suggest(allowed, primary.received if primary else None)
+    if primary is not None and primary.suggested_value is None and suggested is not None:
+        # the field and the top level suggest one value, never one each
+        invalid[invalid.index(primary)] = revised(primary, {"suggested_value": suggested})
 
     next_operation = text(compiled.next_operation)
-    op = operation(exchange)
-    message = text(compiled.message) or _DEFAULT_MESSAGE[spec.category].format(op=op)
     # a fix "as the message says" needs a message that says something: a rule whose message is
     # the upstream's own words (or none) on a response that had none says nothing
     unsaid = (
@@ -274,10 +283,20 @@ def _wait(from_rule: Any, exchange: Exchange, options: BuildOptions) -> int:
     )
 
 
+#: RE2: parentheses a template left empty ("unavailable ({{ message }})" of a message the
+#: redactor removed whole), with the space before them.
+_EMPTY_PARENS = linear(r"\s*\(\s*\)")
+
+
+def _filled(rendered: Any) -> str:
+    """A rendered sentence on one line, without the parentheses an empty value left."""
+    return single_line(_EMPTY_PARENS.sub("", single_line(rendered)))
+
+
 def _written_steps(rendered: Any, empty: tuple[str, ...]) -> list[str]:
     """A rule's own steps, one line each; none when one cites a field the envelope leaves
     empty (the default steps then stand)."""
-    written = [single_line(s) for s in rendered if s] if isinstance(rendered, list) else []
+    written = [_filled(s) for s in rendered if s] if isinstance(rendered, list) else []
     return [] if any(_cites(s, empty) for s in written) else written
 
 

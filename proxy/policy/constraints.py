@@ -8,7 +8,9 @@ and a ``suggested_value`` lets an agent repair a request without guessing.
 from __future__ import annotations
 
 import difflib
+import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from proxy.policy.regex import linear
@@ -212,9 +214,13 @@ def suggest(allowed: dict[str, Any] | None, received: Any = None) -> Any:
     enum = allowed.get("enum")
     if isinstance(enum, list) and enum:
         return _nearest_member(enum, received)
-    integral = isinstance(received, int) and not isinstance(received, bool)
-    low = _bound(allowed, "minimum", "exclusiveMinimum", 1, integral)
-    high = _bound(allowed, "maximum", "exclusiveMaximum", -1, integral)
+    integral = allowed.get("type") == "integer" or (
+        isinstance(received, int) and not isinstance(received, bool)
+    )
+    low = _typed(_bound(allowed, "minimum", "exclusiveMinimum", 1, integral), integral, math.ceil)
+    high = _typed(
+        _bound(allowed, "maximum", "exclusiveMaximum", -1, integral), integral, math.floor
+    )
     if isinstance(received, (int, float)) and not isinstance(received, bool):
         if (low is None and "exclusiveMinimum" in allowed) or (
             high is None and "exclusiveMaximum" in allowed
@@ -222,6 +228,14 @@ def suggest(allowed: dict[str, Any] | None, received: Any = None) -> Any:
             return None  # a float past an exclusive bound: any step over it would be a guess
         return _clamped(received, low, high)
     return next((bound for bound in (low, high) if isinstance(bound, (int, float))), None)
+
+
+def _typed(bound: Any, integral: bool, to_int: Callable[[float], int]) -> Any:
+    """``bound`` as a value of an integer field when ``integral`` (``10.0`` is ``10``, a
+    maximum of ``9.5`` is ``9``): a suggestion of the field's own type."""
+    if integral and isinstance(bound, float) and math.isfinite(bound):
+        return to_int(bound)
+    return bound
 
 
 def _bound(

@@ -35,15 +35,27 @@ def _invalid_field(
         allowed = constraints.normalise(allowed, reason_text)
     elif context is not None and not isinstance(context, dict):
         allowed = context  # a rule that names the allowed values directly
+    received = scrub_value(received, scrub)
+    allowed = scrub_value(allowed, scrub)
     return made(
         InvalidField,
         {
             "field": _scrub_pointer(pointer, scrub),
             "reason": reason_text,
-            "received": scrub_value(received, scrub),
-            "allowed_values": scrub_value(allowed, scrub),
+            "received": received,
+            "allowed_values": allowed,
+            # the field's own suggestion, the one the envelope's top level repeats (``build``)
+            "suggested_value": constraints.suggest(allowed, received)
+            if isinstance(allowed, dict)
+            else None,
         },
     )
+
+
+def named(pointer: str, reason: Any, scrub: Scrub) -> InvalidField:
+    """The one invalid field a rule's ``field:`` names when it lists none: the message is its
+    reason, and what the message bounds are its allowed values."""
+    return _invalid_field(pointer, reason, None, None, scrub)
 
 
 def written(

@@ -369,7 +369,7 @@ def load_rule_text(text: str, name: str, default_pack: str) -> list[LoadedRule]:
     try:
         parsed = RuleFile.model_validate(data)
     except ValidationError as exc:
-        raise RuleError(validation_problems(exc, name, lines)) from exc
+        raise RuleError(validation_problems(exc, name, lines, RuleFile)) from exc
     except (RecursionError, MemoryError) as exc:  # a validator's library ran out
         raise exhausted(f"{name}:1", exc) from exc
     if not parsed.enabled:

@@ -39,4 +39,4 @@ def load_codes(path: Path = CODES) -> dict[str, CodeDoc]:
     try:
         return dict(CodeDocs.model_validate(data).codes)
     except ValidationError as exc:
-        raise RuleError(validation_problems(exc, str(path), lines)) from exc
+        raise RuleError(validation_problems(exc, str(path), lines, CodeDocs)) from exc

@@ -90,12 +90,30 @@ def single_line(text: Any, limit: int = 500) -> str:
     return shortened(value, limit, tidy=True)
 
 
+#: The keys APIs put their message under, the likeliest first: OAuth's ``error_description``
+#: before its ``error`` code, WeChat-style ``errmsg``, problem details' ``detail`` before its
+#: ``title``, and ``reason`` last (often a token: Kubernetes' "Invalid", Google's "required").
+_MESSAGE_KEYS = (
+    "message",
+    "error_description",
+    "errmsg",
+    "error_message",
+    "errorMessage",
+    "detail",
+    "title",
+    "error",
+    "msg",
+    "description",
+    "reason",
+)
+
+
 def _message_from_json(doc: Any) -> str | None:
     if isinstance(doc, str):
         return doc
     if not isinstance(doc, dict):
         return None
-    for key in ("message", "error_description", "detail", "title", "error", "msg", "description"):
+    for key in _MESSAGE_KEYS:
         value = doc.get(key)
         if isinstance(value, str) and value.strip():
             return value

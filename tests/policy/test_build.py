@@ -132,6 +132,18 @@ def test_non_idempotent_retry_after_502_warns(
         ),
         ("404 page not found\n", "text/plain", "404 page not found"),
         ("", "text/plain", None),
+        (
+            '{"errcode": 40001, "errmsg": "invalid credential"}',
+            "application/json",
+            "invalid credential",
+        ),
+        (
+            '{"error_code": "X", "error_message": "no such order"}',
+            "application/json",
+            "no such order",
+        ),
+        ('{"errorMessage": "no such order"}', "application/json", "no such order"),
+        ('{"status": 404, "reason": "no such order"}', "application/json", "no such order"),
     ],
 )
 def test_upstream_message_is_found_generically(
@@ -157,6 +169,22 @@ rules:
       code: CAMEL
       category: validation
       invalid_fields: {each: "errors", field_case: camel}
+  - id: x.one_field
+    when: {status: 418}
+    vars: {param: param, said: errmsg}
+    envelope:
+      code: ONE_FIELD
+      category: validation
+      message: "{{ said }}"
+      field: "/{{ param }}"
+  - id: x.empty
+    when: {status: 503}
+    vars: {said: nothing_here}
+    envelope:
+      code: DOWN
+      category: unavailable
+      message: "A service it depends on is unavailable ({{ said }})."
+      steps: ["Wait ({{ said }}) retry_after_ms.", "Send it again unchanged."]
   - id: x.jsonapi
     when: {status: 409}
     envelope:
@@ -180,6 +208,24 @@ def test_invalid_fields_written_in_the_rule() -> None:
     env = extra_envelope(400, "field colour must be one of red, blue")
     assert [(f.field, f.received) for f in env.invalid_fields] == [("/colour", "colour")]
     assert env.field == "/colour"
+
+
+def test_a_single_field_names_one_invalid_field() -> None:
+    """A rule giving only ``field:`` lists that field in invalid_fields, its reason the
+    message, its bounds read from it, and a step that names it."""
+    env = extra_envelope(418, '{"errmsg": "qty must be between 1 and 99", "param": "qty"}')
+    assert [(f.field, f.reason, f.allowed_values) for f in env.invalid_fields] == [
+        ("/qty", "qty must be between 1 and 99", {"minimum": 1, "maximum": 99})
+    ]
+    assert env.steps[0] == "Change /qty: qty must be between 1 and 99."
+
+
+def test_a_value_left_empty_leaves_no_empty_parentheses() -> None:
+    """A template's "(...)" around a value the upstream did not give is dropped with it, in
+    the message and the steps."""
+    env = extra_envelope(503, '{"error": "down"}')
+    assert env.message == "A service it depends on is unavailable."
+    assert env.steps[0] == "Wait retry_after_ms."
 
 
 def test_field_case_camel_matches_request_json() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from proxy.config import yamlfile
+from proxy.config.sources import load_settings
 from proxy.config.yamlfile import RuleError
 from proxy.policy.rulefile import load_rule_text, load_rules, parse_status
 
@@ -60,7 +61,7 @@ rules:
         (
             "rules:\n  - id: a.b\n    colour: red\n    envelope: {code: X, category: internal}\n",
             3,
-            "Extra inputs",
+            "unknown key 'colour'",
         ),
         # an unclosed brace, quote or bracket: the line it opens on, not where it was noticed
         ("rules:\n  - id: a.b\n    envelope: {code: X\n", 3, "YAML syntax"),
@@ -75,6 +76,48 @@ def test_errors_name_file_and_line(text: str, line: int, fragment: str) -> None:
     (problem, *_) = caught.value.problems
     assert problem.startswith(f"bad.yaml:{line}:"), problem
     assert fragment in problem
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            "rules:\n  - id: a.b\n    envelope:\n      code: X\n      category: validation\n"
+            "      fiel: /qty\n",
+            "bad.yaml:6: unknown key 'fiel'; did you mean 'field'?",
+        ),
+        (
+            "rules:\n  - id: a.b\n    when: {stauts: 422}\n"
+            "    envelope: {code: X, category: internal}\n",
+            "bad.yaml:3: unknown key 'stauts'; did you mean 'status'?",
+        ),
+        (
+            "rules:\n  - id: a.b\n    envelope:\n      code: X\n      category: validation\n"
+            "      invalid_fields: {each: errors, reasn: message}\n",
+            "bad.yaml:6: unknown key 'reasn'; did you mean 'reason'?",
+        ),
+    ],
+)
+def test_a_misspelt_key_is_told_the_key_it_is_near(text: str, problem: str) -> None:
+    """An unknown key in a rule file names the known key at its place it is nearest to."""
+    with pytest.raises(RuleError) as caught:
+        load_rule_text(text, "bad.yaml", "bad")
+    assert problem in caught.value.problems
+
+
+def test_a_misspelt_key_in_a_settings_file_is_told_the_key_it_is_near(tmp_path: Path) -> None:
+    """The same in a config file, at the top and inside a route."""
+    config = tmp_path / "cfg.yaml"
+    config.write_text(
+        "listen: 127.0.0.1:0\nrotues: []\nroutes:\n  - name: a\n"
+        "    upstream: http://127.0.0.1:9\n    read_timout: 3\n"
+    )
+    with pytest.raises(RuleError) as caught:
+        load_settings(config)
+    assert set(caught.value.problems) == {
+        f"{config}:2: unknown key 'rotues'; did you mean 'routes'?",
+        f"{config}:6: unknown key 'read_timout'; did you mean 'read_timeout'?",
+    }
 
 
 def test_duplicate_ids_across_files_are_refused(tmp_path: Path) -> None:

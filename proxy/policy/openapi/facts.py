@@ -10,6 +10,7 @@ messages, so an agent sees one language whichever said it.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -158,12 +159,17 @@ def _clamped(allowed: Mapping[str, Any], received: float) -> Any:
     if _number(xhigh) and step:
         high = xhigh - step if not _number(high) else min(high, xhigh - step)
     if _number(low) and received < low:
-        return low
+        return _whole(low, math.ceil) if integral else low  # an integer field's, an integer
     if _number(high) and received > high:
-        return high
+        return _whole(high, math.floor) if integral else high
     if allowed.get("type") == "integer" and isinstance(received, float):
         return round(received)
     return None
+
+
+def _whole(bound: Any, to_int: Callable[[float], int]) -> Any:
+    """``bound`` as an integer field's value (``10.0`` is ``10``; a maximum ``9.5``, ``9``)."""
+    return to_int(bound) if isinstance(bound, float) and math.isfinite(bound) else bound
 
 
 def _sized(allowed: Mapping[str, Any], received: str) -> Any:

@@ -296,7 +296,7 @@ def load_detector_text(text: str, name: str, *, shipped: bool) -> list[LoadedDet
     try:
         parsed = DetectorFile.model_validate(data, context={"vars": variables})
     except ValidationError as exc:
-        raise RuleError(validation_problems(exc, name, lines)) from exc
+        raise RuleError(validation_problems(exc, name, lines, DetectorFile)) from exc
     except (RecursionError, MemoryError) as exc:
         raise exhausted(f"{name}:1", exc) from exc
     family = parsed.family or Path(name).stem.split("-", 1)[-1]

@@ -254,7 +254,7 @@ def _problems(text: str, *, shipped: bool = False) -> list[str]:
         (_GOOD + "    after: nowhere\n", "after: no mask detector named 'nowhere'"),
         (_GOOD.replace("acme_live_[A-Za-z0-9]{16,}", "a*"), "matches the empty string"),
         (_GOOD.replace("acme_live_[A-Za-z0-9]{16,}", "${nope}"), "unknown variable ${nope}"),
-        (_GOOD + "    colour: red\n", "acme.yaml:10: detectors.0.colour: Extra inputs"),
+        (_GOOD + "    colour: red\n", "acme.yaml:10: unknown key 'colour'"),
         (_GOOD + _GOOD.split("detectors:\n")[1], "duplicate detector name 'acme_token'"),
         ("- just a list\n", "acme.yaml:1: a detector file is a mapping"),
         ("detectors: [\n", "acme.yaml:2: YAML syntax"),

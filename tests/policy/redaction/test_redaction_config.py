@@ -185,7 +185,7 @@ def test_each_addition(additions: dict[str, Any], text: str, agent: str, log: st
         ("  internal_domains: ['http://x/']\n", "cfg.yaml:4: redaction.internal_domains.0"),
         ("  allow: ['x*']\n", "matches the empty string"),
         ("  mask_headers: ['bad header']\n", "is not a header name"),
-        ("  colour: red\n", "cfg.yaml:4: redaction.colour: Extra inputs"),
+        ("  colour: red\n", "cfg.yaml:4: unknown key 'colour'"),
     ],
 )
 def test_a_bad_addition_is_a_config_error_with_file_and_line(

@@ -90,9 +90,12 @@ def _presented(request: web.Request) -> bytes:
 
 def _same_origin(request: web.Request) -> bool:
     """A browser's POST comes from this page, not another site's (the playground only reads,
-    but a browser sends its Basic credentials to whoever asks it to)."""
-    if request.headers.get("Sec-Fetch-Site", "same-origin") not in ("same-origin", "none"):
-        return False
+    but a browser sends its Basic credentials to whoever asks it to). A browser says so in
+    ``Sec-Fetch-Site``; its ``Origin`` is ``null`` under the page's ``no-referrer`` policy, so it
+    is read only from a client that sends no ``Sec-Fetch-Site``."""
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None:
+        return site in ("same-origin", "none")
     origin = request.headers.get("Origin")
     return origin is None or urlsplit(origin).netloc == request.host
 

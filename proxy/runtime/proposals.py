@@ -194,7 +194,7 @@ def _json_match(paths: dict[str, str], sample: Any) -> list[str]:
             "      json:",
             f"        - {{query: {_quoted(_query(code_key))}, equals: {_quoted(value)}}}",
         ]
-    named = (_first(MESSAGE_KEYS, paths, "string"), _first(FIELD_KEYS, paths, "string"))
+    named = (_message_key(paths, sample), _field_key(paths))
     keys = [k for k in named if k is not None] or [k for k in paths if k != "$"][:2]
     if not keys:
         return []
@@ -206,8 +206,8 @@ def _envelope(
     seen: Seen, paths: dict[str, str], sample: Any, fallbacks: dict[str, tuple[str, str]]
 ) -> tuple[list[str], list[str]]:
     """The rule's ``vars:`` lines and its ``envelope:`` lines."""
-    message = _first(MESSAGE_KEYS, paths, "string")
-    field_key = _first(FIELD_KEYS, paths, "string")
+    message = _message_key(paths, sample)
+    field_key = _field_key(paths)
     wait = _first(WAIT_KEYS, paths, "number")
     keys = {"message": message, "field": field_key, "wait": wait}
     chosen = {name: key for name, key in keys.items() if key}
@@ -247,6 +247,30 @@ def _code(
 
 def _first(keys: tuple[str, ...], paths: dict[str, str], kind: str) -> str | None:
     return next((k for k in keys if paths.get(k) == kind), None)
+
+
+def _message_key(paths: dict[str, str], sample: Any) -> str | None:
+    """The key that carries the message: a name APIs use for one, else the string the sample
+    says most words in (an API's own name for its message, ``explanation``, ``why``)."""
+    known = _first(MESSAGE_KEYS, paths, "string")
+    if known is not None:
+        return known
+    said = {k: _value(sample, k) for k, kind in paths.items() if kind == "string"}
+    prose = {k: v for k, v in said.items() if isinstance(v, str) and v.count(" ") >= 2}
+    return max(prose, key=lambda k: len(prose[k]), default=None)
+
+
+def _field_key(paths: dict[str, str]) -> str | None:
+    """The key that names a field: a name APIs use for one, else one that ends with it
+    (``offending_param``, ``invalidField``)."""
+    known = _first(FIELD_KEYS, paths, "string")
+    if known is not None:
+        return known
+    endings = tuple(k.lower() for k in FIELD_KEYS)
+    return next(
+        (k for k, kind in paths.items() if kind == "string" and k.lower().endswith(endings)),
+        None,
+    )
 
 
 def _query(key: str) -> str:

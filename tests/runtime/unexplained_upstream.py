@@ -1,8 +1,8 @@
 """An API failing in ways no shipped pack knows, for the unexplained-shapes tests (issue 40).
 
 ``python -m tests.runtime.unexplained_upstream PORT`` serves, on aiohttp:
-- ``POST /orders``: 422 ``{"errcode": "E_QTY_RANGE", "errmsg": ..., "param": "qty", "token": ...}``
-  (WeChat-style keys; ``token`` a planted secret);
+- ``POST /orders``: 422 ``{"result": "E_QTY_RANGE", "explanation": ..., "offending_param": "qty",
+  "token": ...}`` (keys of its own, which no pack reads; ``token`` a planted secret);
 - ``GET /invoices/{n}``: 500, an HTML page titled "Invoice <n> could not be rendered" whose body
   holds a planted password;
 - ``GET /search``: FastAPI's 422 ``{"detail": [...]}``, which the fastapi pack explains.
@@ -20,9 +20,9 @@ PASSWORD = "hunter2-planted"
 
 async def orders(_: web.Request) -> web.Response:
     body = {
-        "errcode": "E_QTY_RANGE",
-        "errmsg": "qty must be between 1 and 99",
-        "param": "qty",
+        "result": "E_QTY_RANGE",
+        "explanation": "qty must be between 1 and 99",
+        "offending_param": "qty",
         "token": SECRET,
     }
     return web.json_response(body, status=422)

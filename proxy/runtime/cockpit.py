@@ -90,7 +90,7 @@ class Playground:
     path: str = "/"
 
     @classmethod
-    def of(cls, form: Mapping[str, str]) -> Playground:
+    def of(cls, form: Mapping[str, Any]) -> Playground:
         """From a form or a JSON object; ``PlaygroundError`` names what is wrong."""
         try:
             status = int(form.get("status", ""))
@@ -101,11 +101,20 @@ class Playground:
         body = str(form.get("body", "")).encode()
         if len(body) > MAX_PLAYGROUND_BODY:
             raise PlaygroundError(f"body: at most {MAX_PLAYGROUND_BODY} bytes")
-        lines = str(form.get("headers", "")).splitlines()
+        lines = _header_lines(form.get("headers", ""))
         headers = tuple(line for line in (h.strip() for h in lines) if line)
         path = str(form.get("path") or "/")
         method = str(form.get("method") or "GET").upper()
         return cls(form.get("route") or None, status, headers, body, method, path)
+
+
+def _header_lines(given: object) -> list[str]:
+    """Headers as a form's text (one per line), a JSON list of lines or a JSON object."""
+    if isinstance(given, dict):
+        return [f"{k}: {v}" for k, v in given.items()]
+    if isinstance(given, list):
+        return [str(line) for line in given]
+    return str(given).splitlines()
 
 
 class Cockpit:

@@ -16,6 +16,7 @@ from proxy.observation.recent import Failure, Side
 from proxy.observation.shapes import kept_headers
 from proxy.policy.evaluate import Answer
 from proxy.policy.exchange import Exchange
+from proxy.runtime.record import LOGGED_BODY_CHARS
 
 if TYPE_CHECKING:
     from proxy.runtime.books import Books
@@ -39,7 +40,8 @@ class Recent:
         limit = self.books.recent.limits.body_chars
         if flow.failure is None and exchange.status is not None:
             headers = {k: mask(v).text for k, v in kept_headers(exchange.headers.items()).items()}
-            body = mask(exchange.text[:limit]).text
+            # the slice the log line masks: the redactor's memory answers the second mask
+            body = mask(exchange.text[:LOGGED_BODY_CHARS]).text[:limit]
             upstream = Side(exchange.status, exchange.content_type, headers, body)
         else:  # mend's own failure: the upstream gave no answer
             upstream = Side(None, "", {}, "")

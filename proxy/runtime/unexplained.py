@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from proxy.observation.shapes import kept_headers, shape_of
 from proxy.policy.evaluate import Answer
 from proxy.policy.exchange import NOT_JSON, Exchange
+from proxy.runtime.record import LOGGED_BODY_CHARS
 
 if TYPE_CHECKING:
     from proxy.runtime.books import Books
@@ -49,7 +50,8 @@ class Unexplained:
         self.book.record(
             shape,
             rule=fallback,
-            sample=mask(exchange.text[:limit]).text,
+            # the slice the log line masks: the redactor's memory answers the second mask
+            sample=mask(exchange.text[:LOGGED_BODY_CHARS]).text[:limit],
             headers=headers,
             method=exchange.method,
             path=mask(exchange.path[:200]).text,

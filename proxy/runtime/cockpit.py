@@ -44,19 +44,39 @@ def fallback_codes() -> dict[str, tuple[str, str]]:
     return {r.spec.id: (r.spec.envelope.code, r.spec.envelope.category.value) for r in loaded}
 
 
+def merged(found: Iterable[Mapping[str, Any]]) -> tuple[list[Seen], list[Failure]]:
+    """Several books as one: shapes counted together, failures newest first."""
+    books = list(found)
+    kept = shapes.merge((b.get("shapes", ()) for b in books), ShapeLimits())
+    last = recent.merge((b.get("recent", ()) for b in books), RecentLimits())
+    return kept, last
+
+
 def own_books(books: Books) -> Callable[[], tuple[list[Seen], list[Failure]]]:
-    """This process's books, as they are."""
-    return lambda: (books.shapes.entries(), books.recent.entries())
+    """This process's books, with the other replicas' when they share a store."""
+
+    def read() -> tuple[list[Seen], list[Failure]]:
+        others = books.remote()
+        if not others:
+            return books.shapes.entries(), books.recent.entries()
+        return merged([books.own(), *others.values()])
+
+    return read
 
 
 def workers_books(directory: Path) -> Callable[[], tuple[list[Seen], list[Failure]]]:
-    """The books every worker wrote into ``directory``, merged."""
+    """The books every worker wrote into ``directory``, and the other replicas' they read from
+    the store (the workers' own names left out: each is among the others' remote books)."""
 
     def read() -> tuple[list[Seen], list[Failure]]:
-        found = list(read_books(directory))
-        kept = shapes.merge((b.get("shapes", ()) for b in found), ShapeLimits())
-        last = recent.merge((b.get("recent", ()) for b in found), RecentLimits())
-        return kept, last
+        local = list(read_books(directory))
+        names = {b.get("replica") for b in local}
+        remote: dict[str, Any] = {}
+        for book in local:
+            for name, theirs in (book.get("remote") or {}).items():
+                if name not in names and isinstance(theirs, dict):
+                    remote[name] = theirs
+        return merged([*local, *remote.values()])
 
     return read
 

@@ -38,11 +38,13 @@ from proxy.edge.tls import ListenerCertificate, reload_counter
 from proxy.observation import tracing
 from proxy.observation.logs import LineWriter, make_logger, route_stdlib_logging
 from proxy.observation.metrics import MULTIPROC_ENV
+from proxy.policy.crosscall.store import StateStore
 from proxy.policy.ruleengine import Engine, RuleStore
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import create_app
 from proxy.runtime.books import Books, books_file
-from proxy.runtime.health import health_checks
+from proxy.runtime.health import HealthChecks, health_checks
+from proxy.runtime.shared_books import SharedBooks, replica_name
 from proxy.runtime.watch import RuleWatcher, reload_rules
 
 #: Request log lines reach stdout at most this late (warnings and errors at once): see LineWriter.
@@ -215,6 +217,18 @@ def _books(*, worker: bool) -> Books:
     return Books(file=books_file(Path(directory)) if directory else None)
 
 
+def _shared(
+    settings: Settings, books: Books, state: StateStore, logger: FilteringBoundLogger
+) -> SharedBooks | None:
+    """With a shared state store, this replica's books go to it and the others' come back."""
+    if not settings.state.is_redis:
+        return None
+    shared = SharedBooks(state, books, logger, replica_name())
+    books.replica = shared.replica
+    books.remote = lambda: shared.others
+    return shared
+
+
 async def _serve(
     settings: Settings,
     logger: FilteringBoundLogger,
@@ -244,6 +258,7 @@ async def _serve(
     )
     store = server.proxy.store
     store.on_reload.append(settle_after_reloads(loop))
+    shared = _shared(settings, server.proxy.books, server.proxy.crosscall.store, logger)
     grace = settings.shutdown_timeout
     # the admin port's readiness: a worker has none (its supervisor checks)
     health = None if worker else health_checks(settings, logger)
@@ -287,15 +302,15 @@ async def _serve(
     watcher = RuleWatcher(store, logger, config=config) if settings.watch_rules else None
     if watcher is not None:
         watcher.start()
-    files = FdWatch(logger, nofile)
-    files.start()
-    if health is not None:
-        health.start()
+    # running beside the listeners: the fd watch, the health checks, the books' sharing
+    beside: list[FdWatch | HealthChecks | SharedBooks] = [FdWatch(logger, nofile)]
+    beside += [task for task in (health, shared) if task is not None]
+    for task in beside:
+        task.start()
     await wait_for_stop()
     logger.info("stopping", grace_s=grace)
-    await files.stop()
-    if health is not None:
-        await health.stop()
+    for task in beside:
+        await task.stop()
     with contextlib.suppress(Exception):  # a failed build is the catalog page's to report
         await catalog_built
     if watcher is not None:

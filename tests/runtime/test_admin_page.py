@@ -17,7 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ def shipping() -> Iterator[str]:
 
 @contextmanager
 def _mend(tmp: Path, billing: str, shipping: str, **config: Any) -> Iterator[MendProcess]:
+    tmp.mkdir(exist_ok=True)
     routes = [
         {"name": "billing", "upstream": billing, "prefix": "/billing", "strip_prefix": True},
         {"name": "shipping", "upstream": shipping, "prefix": "/shipping", "strip_prefix": True},
@@ -353,3 +354,23 @@ def test_the_rules_view_stays_open_with_hits(tmp_path: Path, billing: str, shipp
     hits = {r["id"]: r["hits"] for r in json.loads(body)["rules"]}
     assert status == 200
     assert hits["fallback.500"] == 1
+
+
+def test_replicas_sharing_redis_show_each_other_s_failures_and_shapes(
+    tmp_path: Path, billing: str, shipping: str
+) -> None:
+    """Two replicas with one ``state: redis://``: traffic through the first only, the second's
+    page shows its failures and shapes (within a few exchanges with the store)."""
+    from tests.redis_server import running_redis  # noqa: PLC0415
+
+    with running_redis(tmp_path) as redis, ExitStack() as replicas:
+        state = {"state": redis.url}
+        first = replicas.enter_context(_mend(tmp_path / "a", billing, shipping, **state))
+        second = replicas.enter_context(_mend(tmp_path / "b", billing, shipping, **state))
+        _traffic(first)
+        seen = _wait(lambda: (c := _admin_json(second, "/cockpit.json"))["failures"][3:] and c, 45)
+        mine = _admin_json(first, "/cockpit.json")
+    assert {f["request_id"] for f in seen["failures"]} == {
+        f["request_id"] for f in mine["failures"]
+    }
+    assert sum(s["count"] for s in seen["shapes"]) == 4

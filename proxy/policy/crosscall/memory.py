@@ -165,5 +165,11 @@ class MemoryStore:
         state[2] = now_ms + ttl_ms
         return True
 
+    async def put_books(self, replica: str, books: bytes, ttl_ms: int) -> None:
+        """One process has no other replica to share its books with: nothing kept."""
+
+    async def books(self) -> dict[str, bytes]:
+        return {}
+
     async def close(self) -> None:
         self._sessions.clear()

@@ -11,6 +11,8 @@ tag, keeping one session's keys on one node):
 - ``mend:s:{S}:c``: hash, category -> ``{n, t}`` (distinct requests, last ms); TTL the window
 - ``mend:c:{route}``: hash ``n`` (consecutive failures), ``until`` (open until, ms); a day
 - ``mend:c:{route}:p``: the half-open probe token; TTL the open time
+- ``mend:b:<replica>``: a replica's operator books (the admin page's shapes and failures,
+  masked), JSON; TTL a minute, written every few seconds while the replica lives
 
 redis-py's errors are translated here, once, into ``StateError``.
 """
@@ -28,6 +30,7 @@ from redis.exceptions import RedisError
 from proxy.policy.crosscall.guard import StateError
 from proxy.policy.crosscall.store import (
     MAX_REPEATS_PER_SESSION,
+    MAX_REPLICA_BOOKS,
     MAX_REQUESTS_PER_CATEGORY,
     Failure,
     Repeat,
@@ -115,6 +118,10 @@ def _categories(pairs: Any, oldest_ms: int) -> dict[str, int]:
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _bytes(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode()
 
 
 class RedisStore:
@@ -215,6 +222,23 @@ class RedisStore:
             self.client.set(f"mend:c:{{{route}}}:p", now_ms, nx=True, px=ttl_ms)
         )
         return bool(taken)
+
+    async def put_books(self, replica: str, books: bytes, ttl_ms: int) -> None:
+        await self._call(self.client.set(f"mend:b:{replica}", books, px=ttl_ms))
+
+    async def books(self) -> dict[str, bytes]:
+        async def read() -> dict[str, bytes]:
+            keys = []
+            async for key in self.client.scan_iter(match="mend:b:*", count=100):
+                keys.append(key)
+                if len(keys) >= MAX_REPLICA_BOOKS:
+                    break
+            values = await self.client.mget(keys) if keys else []
+            prefix = len("mend:b:")
+            pairs = zip(keys, values, strict=True)
+            return {_text(k)[prefix:]: _bytes(v) for k, v in pairs if v}
+
+        return await self._call(read())
 
     async def close(self) -> None:
         with contextlib.suppress(RedisError, OSError):

@@ -67,6 +67,10 @@ class Summary:
     repeats: list[Repeat]
 
 
+#: replicas whose operator books one read returns
+MAX_REPLICA_BOOKS = 64
+
+
 class StateStore(Protocol):
     async def record(self, failure: Failure) -> Seen:
         """Count one failure into its session; what is known of it now."""
@@ -87,5 +91,11 @@ class StateStore(Protocol):
 
     async def circuit_probe(self, route: str, ttl_ms: int, now_ms: int) -> bool:
         """Whether this caller may send the one probe of a half-open circuit."""
+
+    async def put_books(self, replica: str, books: bytes, ttl_ms: int) -> None:
+        """A replica's operator books (``proxy/runtime/shared_books.py``), kept ``ttl_ms``."""
+
+    async def books(self) -> dict[str, bytes]:
+        """Every replica's books, by replica (at most ``MAX_REPLICA_BOOKS``)."""
 
     async def close(self) -> None: ...

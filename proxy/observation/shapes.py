@@ -28,10 +28,19 @@ MAX_DEPTH = 3
 MAX_PATHS = 24
 #: characters of a text body's first line, and of an HTML title, kept in a shape
 MAX_LINE_CHARS = 120
-#: headers that may state what a rule reads (a wait, a budget, a challenge), kept with a sample
-_SAMPLE_HEADERS = linear(
-    r"(?i)^(retry-after|x-?rate-?limit.*|ratelimit.*|www-authenticate|content-type|x-error.*|"
-    r"x-request-id|allow)$"
+#: headers that may state what a rule reads (a wait, a budget, a challenge), kept with a sample:
+#: by name, or by how the name starts (lower case; a name is a token, so no pattern is needed,
+#: and a set look-up costs a tenth of an RE2 match on every header of every error)
+_SAMPLE_NAMES = frozenset(
+    {"retry-after", "www-authenticate", "content-type", "x-request-id", "allow"}
+)
+_SAMPLE_PREFIXES = (
+    "x-ratelimit",
+    "xratelimit",
+    "x-rate-limit",
+    "xrate-limit",
+    "ratelimit",
+    "x-error",
 )
 
 # the variable parts of a line, masked so answers that differ only in them are one shape
@@ -147,7 +156,11 @@ def shape_of(
 
 def kept_headers(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
     """The headers a rule may read from (a wait, a budget), cut short; the caller masks them."""
-    return {str(name): value[:200] for name, value in headers if _SAMPLE_HEADERS.fullmatch(name)}
+    return {str(name): value[:200] for name, value in headers if _sampled(name.lower())}
+
+
+def _sampled(name: str) -> bool:
+    return name in _SAMPLE_NAMES or name.startswith(_SAMPLE_PREFIXES)
 
 
 class ShapeBook:

@@ -48,7 +48,7 @@ class Recent:
         sent = response.body if isinstance(response.body, bytes) else b""
         agent = Side(
             response.status,
-            response.content_type,
+            response.headers.get("Content-Type", ""),
             {str(k): v for k, v in response.headers.items() if k.lower() != "set-cookie"},
             sent[:limit].decode("utf-8", "replace"),
         )

@@ -14,6 +14,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,6 +42,33 @@ def wait_port(port: int, timeout: float = 20.0) -> None:
         except OSError:
             time.sleep(0.05)
     raise AssertionError(f"nothing listens on {port}")
+
+
+def wait_http(url: str, timeout: float = 20.0) -> None:
+    """Until ``url`` answers at all (any status)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"{url} did not come up")
+
+
+@contextmanager
+def module_server(module: str, cwd: Path) -> Iterator[str]:
+    """``python -m module PORT`` on a free port, its URL, stopped by its PID."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", module, str(port)], cwd=cwd)
+    try:
+        wait_port(port)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def raw_exchange(port: int, data: bytes, timeout: float = 10.0) -> bytes:

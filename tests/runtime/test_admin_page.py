@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.hostile.procs import MendProcess, free_port, mend_process, wait_port
+from tests.hostile.procs import MendProcess, mend_process, module_server
 from tests.runtime.cockpit_flask_app import BODY_SECRET, HEADER_SECRET
 from tests.runtime.unexplained_upstream import PASSWORD, SECRET
 
@@ -33,27 +33,18 @@ PLANTED = (SECRET, PASSWORD, BODY_SECRET, HEADER_SECRET, TOKEN)
 CHROMIUM, DRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 
 
-def _app(module: str) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", module, str(port)], cwd=ROOT)
-    try:
-        wait_port(port)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
 @pytest.fixture(scope="module")
 def billing() -> Iterator[str]:
     """The aiohttp API, a process of its own, stopped by its PID."""
-    yield from _app("tests.runtime.unexplained_upstream")
+    with module_server("tests.runtime.unexplained_upstream", ROOT) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def shipping() -> Iterator[str]:
     """The Flask app, a process of its own, stopped by its PID."""
-    yield from _app("tests.runtime.cockpit_flask_app")
+    with module_server("tests.runtime.cockpit_flask_app", ROOT) as url:
+        yield url
 
 
 @contextmanager

@@ -6,46 +6,28 @@ process, a real upstream, curl as the client."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.hostile.procs import free_port, wait_http
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_http(url: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"{url} did not come up")
 
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[str]:
     """The streaming test upstream: ``/bytes/N`` answers 200, anything else 404."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "tests/data/stream_upstream.py"), str(port)]
     )
     try:
-        _wait_http(f"http://127.0.0.1:{port}/bytes/1")
+        wait_http(f"http://127.0.0.1:{port}/bytes/1")
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
@@ -56,7 +38,7 @@ class Running:
     """A ``mend run`` process: its agent and admin URLs, and (once stopped) its log lines."""
 
     def __init__(self, *args: str) -> None:
-        self.listen, self.admin = _free_port(), _free_port()
+        self.listen, self.admin = free_port(), free_port()
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -73,7 +55,7 @@ class Running:
             stderr=subprocess.PIPE,
             text=True,
         )
-        _wait_http(f"http://127.0.0.1:{self.admin}/healthz")
+        wait_http(f"http://127.0.0.1:{self.admin}/healthz")
 
     def curl(self, url: str) -> str:
         """``curl -si URL``: the status line, headers and body as curl prints them (lines end
@@ -193,7 +175,7 @@ def test_workers_supervisor_answers_server_mend_without_created(start: Any, upst
     """Under ``--workers 2`` the supervisor's admin port, whose /metrics merges the workers'
     (multiprocess mode), also says ``Server: mend`` and has no ``_created`` line."""
     mend = start("--upstream", upstream, "--workers", "2")
-    _wait_http(f"http://127.0.0.1:{mend.admin}/readyz", timeout=60)
+    wait_http(f"http://127.0.0.1:{mend.admin}/readyz", timeout=60)
     mend.get("/bytes/1")
     answer = mend.curl(f"http://127.0.0.1:{mend.admin}/metrics")
     head, _, metrics = answer.partition("\n\n")

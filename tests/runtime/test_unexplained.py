@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.hostile.procs import MendProcess, free_port, mend_process, wait_port
+from tests.hostile.procs import MendProcess, free_port, mend_process, module_server, wait_port
 from tests.runtime.unexplained_upstream import PASSWORD, SECRET
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,15 +31,8 @@ TOKEN = "an-admin-token-of-some-length"
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[str]:
     """The API, as a process of its own, stopped by its PID."""
-    port = free_port()
-    command = [sys.executable, "-m", "tests.runtime.unexplained_upstream", str(port)]
-    proc = subprocess.Popen(command, cwd=ROOT)
-    try:
-        wait_port(port)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with module_server("tests.runtime.unexplained_upstream", ROOT) as url:
+        yield url
 
 
 def _send(url: str, data: bytes | None = None, token: str | None = None) -> tuple[int, Any]:

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -45,15 +44,13 @@ def wait_port(port: int, timeout: float = 20.0) -> None:
 
 
 def wait_http(url: str, timeout: float = 20.0) -> None:
-    """Until ``url`` answers at all (any status)."""
+    """Until ``url`` answers 2xx (``/readyz`` answers 503 while workers start)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(url, timeout=1):
                 return
-        except urllib.error.HTTPError:
-            return
-        except OSError:
+        except OSError:  # HTTPError too
             time.sleep(0.1)
     raise AssertionError(f"{url} did not come up")
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from yarl import URL
 
 from proxy.config.settings import Settings
+from proxy.config.shown import shown_url
 from proxy.observation import recent, shapes
 from proxy.observation.recent import Failure, RecentLimits
 from proxy.observation.shapes import Seen, ShapeLimits
@@ -165,7 +165,7 @@ class Cockpit:
                 {
                     "name": route.name,
                     "prefix": route.prefix,
-                    "upstream": without_credentials(route.upstream),
+                    "upstream": shown_url(route.upstream),
                     "protocol": route.protocol.value,
                     "ready": None if checked is None else checked.healthy,
                     "reason": "no health_check" if checked is None else checked.reason,
@@ -252,12 +252,6 @@ def process_cockpit(
     return Cockpit(sources)
 
 
-def without_credentials(upstream: str) -> str:
-    """An upstream URL as the page may show it: no user or password."""
-    url = URL(upstream)
-    return str(url.with_user(None)) if url.user or url.password else upstream
-
-
 def _samples(registry: CollectorRegistry, name: str) -> Iterator[tuple[dict[str, str], float]]:
     for metric in registry.collect():
         for sample in metric.samples:
@@ -290,9 +284,3 @@ def _circuits(registry: CollectorRegistry) -> dict[str, State]:
 def _rank(state: State) -> int:
     """Open is worse than half-open (probing), which is worse than closed."""
     return {State.CLOSED: 0, State.HALF_OPEN: 1, State.OPEN: 2}[state]
-
-
-def sorted_rules(rules: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The rules that answered something first, most hits first; the others in order."""
-    listed = list(rules)
-    return sorted(listed, key=lambda r: -int(r["hits"]))

@@ -365,3 +365,16 @@ def test_replicas_sharing_redis_show_each_other_s_failures_and_shapes(
         f["request_id"] for f in mine["failures"]
     }
     assert sum(s["count"] for s in seen["shapes"]) == 4
+
+
+def test_an_upstream_s_password_is_not_on_the_page(
+    tmp_path: Path, billing: str, shipping: str
+) -> None:
+    """An upstream URL with a user and password is shown with them masked, on the page and in
+    ``/routes``."""
+    secret_billing = billing.replace("http://", "http://ops:planted-url-password@")
+    with _mend(tmp_path, secret_billing, shipping) as mend:
+        routes = _admin_json(mend, "/routes")["routes"]
+        _, _, page = _send(f"http://127.0.0.1:{mend.admin_port}/", headers=_bearer())
+    assert routes[0]["upstream"] == billing.replace("http://", "http://***@")
+    assert b"planted-url-password" not in page

@@ -214,7 +214,8 @@ def mend_process(
         resource.prlimit(proc.pid, resource.RLIMIT_NOFILE, (nofile, nofile))
     running = MendProcess(proc, port, admin, log)
     try:
-        wait_port(admin)
+        # a start on a loaded CI machine (two xdist workers, browsers) once took over 20 s
+        wait_port(admin, timeout=60)
         wait_port(port)
         yield running
     finally:

@@ -18,7 +18,7 @@ from proxy.policy.envelope import Envelope, InvalidField
 from proxy.policy.evaluate import Evaluation
 from proxy.policy.rulefile import load_rules
 from proxy.tools.ruletest.cases import Case, LoadedCase
-from proxy.tools.ruletest.engines import Engines, exchange_for, replay, run_protocol
+from proxy.tools.ruletest.engines import Engines, replay
 from proxy.tools.ruletest.runner import run_case
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,17 +123,7 @@ def test_case_envelopes_equal_validated_ones(file: Path, case: dict[str, Any]) -
     loaded = Case.model_validate(case)
     if loaded.response is None:
         return  # a redaction case: no envelope
-    engine = ENGINES.get(
-        [file.parent / r for r in loaded.rules], loaded.route.success_rules, loaded.redaction
-    )
-    exchange = exchange_for(loaded.request, loaded.response)
-    answered = run_protocol(
-        engine.routes["default"],
-        exchange,
-        loaded.protocol,
-        loaded.request,
-        engine.redactor_for("default"),
-    )
+    answered = ENGINES.answer(loaded, file.parent)
     for evaluation in answered.evaluations if answered is not None else []:
         _same_as_validated(evaluation.envelope)
 

@@ -14,7 +14,7 @@ from proxy.edge.catalog import example_envelope
 from proxy.policy.envelope import Envelope
 from proxy.policy.regex import linear
 from proxy.tools.ruletest.cases import Case
-from proxy.tools.ruletest.engines import Engines, exchange_for, run_protocol
+from proxy.tools.ruletest.engines import Engines
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = sorted((ROOT / "rules" / "tests").glob("*.yaml"))
@@ -86,17 +86,7 @@ def test_a_case_envelope_says_what_its_fields_say(file: Path, case: dict[str, An
     loaded = Case.model_validate(case)
     if loaded.response is None:
         return  # a redaction case: no envelope
-    engine = ENGINES.get(
-        [file.parent / r for r in loaded.rules], loaded.route.success_rules, loaded.redaction
-    )
-    exchange = exchange_for(loaded.request, loaded.response)
-    answered = run_protocol(
-        engine.routes["default"],
-        exchange,
-        loaded.protocol,
-        loaded.request,
-        engine.redactor_for("default"),
-    )
+    answered = ENGINES.answer(loaded, file.parent)
     problems = [
         problem
         for evaluation in (answered.evaluations if answered is not None else [])

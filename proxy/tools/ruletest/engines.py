@@ -26,7 +26,7 @@ from proxy.policy.protocols.detect import Detector, default_protocols
 from proxy.policy.redaction import Redactor
 from proxy.policy.ruleengine import Engine
 from proxy.policy.ruleset import RuleSet
-from proxy.tools.ruletest.cases import RequestSpec, ResponseSpec
+from proxy.tools.ruletest.cases import Case, RequestSpec, ResponseSpec
 
 #: The upstream of the throw-away route cases run on; nothing ever connects to it.
 _NOWHERE = "http://127.0.0.1:9"
@@ -89,6 +89,16 @@ class Engines:
         if isinstance(found, RuleError):
             raise found
         return found
+
+    def answer(self, case: Case, base: Path) -> Answer | None:
+        """What the proxy answers a case's response (``base``: the case file's folder, where
+        its ``rules`` are); ``RuleError`` when they do not load. The case has a response."""
+        assert case.response is not None
+        engine = self.get([base / r for r in case.rules], case.route.success_rules, case.redaction)
+        exchange = exchange_for(case.request, case.response)
+        redactor = engine.redactor_for("default")
+        ruleset = engine.routes["default"]
+        return run_protocol(ruleset, exchange, case.protocol, case.request, redactor)
 
 
 def run_exchange(ruleset: RuleSet, exchange: Exchange) -> Evaluation | None:

@@ -68,6 +68,22 @@ def module_server(module: str, cwd: Path) -> Iterator[str]:
         proc.wait(10)
 
 
+@contextmanager
+def stream_upstream(root: Path) -> Iterator[str]:
+    """``tests/data/stream_upstream.py`` on a free port (``/bytes/N``: N bytes, else a 404), its
+    URL, stopped by its PID."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(root / "tests/data/stream_upstream.py"), str(port)]
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/bytes/1")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
 def raw_exchange(port: int, data: bytes, timeout: float = 10.0) -> bytes:
     """Send ``data`` on a new connection and read until the server closes or ``timeout``."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.hostile.procs import free_port, wait_http
+from tests.hostile.procs import free_port, stream_upstream, wait_http
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,16 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[str]:
     """The streaming test upstream: ``/bytes/N`` answers 200, anything else 404."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests/data/stream_upstream.py"), str(port)]
-    )
-    try:
-        wait_http(f"http://127.0.0.1:{port}/bytes/1")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(5)
+    with stream_upstream(ROOT) as url:
+        yield url
 
 
 class Running:

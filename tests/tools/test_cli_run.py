@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.hostile.procs import stream_upstream as streaming
+
 ROOT = Path(__file__).resolve().parents[2]
 CHUNK = bytes(range(256)) * 1024
 
@@ -53,16 +55,8 @@ def mend(*args: str) -> subprocess.Popen[bytes]:
 
 @pytest.fixture
 def stream_upstream() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests/data/stream_upstream.py"), str(port)]
-    )
-    try:
-        wait_http(f"http://127.0.0.1:{port}/bytes/1")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(5)
+    with streaming(ROOT) as url:
+        yield url
 
 
 @pytest.fixture

@@ -242,6 +242,8 @@ class Reply:
             headers["Content-Type"] = content_type
         headers["X-Request-ID"] = envelope.request_id
         headers["X-Error-Code"] = safe_header_value(envelope.code)
+        for name, value in flow.added():
+            headers[name] = value
         if not (route and route.force_rendering):
             _vary_on_accept(headers)  # the body depends on Accept: caches must key on it
         headers["Server"] = "mend"  # never the default "Python/x aiohttp/y" banner

@@ -17,7 +17,7 @@ from aiohttp import web
 from yarl import URL
 
 from proxy.edge import redirect
-from proxy.edge.passthrough import Redirect
+from proxy.edge.passthrough import Added, Redirect
 from proxy.observation.request_id import request_id
 from proxy.policy.exchange import Exchange
 
@@ -32,6 +32,11 @@ if TYPE_CHECKING:
     from proxy.policy.redaction import Redactor
     from proxy.runtime.generation import Generation, RouteRuntime
     from proxy.runtime.retries import Tries
+
+
+#: the tries made, on responses of a route whose ``retries:`` asks (Envoy's
+#: ``x-envoy-attempt-count``)
+ATTEMPT_COUNT = "X-Mend-Attempt-Count"
 
 
 @dataclass(slots=True, eq=False)
@@ -116,6 +121,13 @@ class Flow:
     def resends(self) -> int:
         """Tries made before this one (OpenTelemetry's ``http.request.resend_count``)."""
         return self.tries.count - 1 if self.tries is not None else 0
+
+    def added(self) -> Added:
+        """The headers mend adds to its answer: the tries made, when the retry policy says."""
+        tries = self.tries
+        if tries is None or not tries.policy.attempt_count_header:
+            return ()
+        return ((ATTEMPT_COUNT, str(tries.count)),)
 
     def again(self, timeouts: Timeouts) -> None:
         """Ready for the next try of the request: what the last one learnt forgotten."""

@@ -289,7 +289,9 @@ class Proxy:
         else:  # a success, or an error no rule calls one, as it came
             redirect = flow.redirect()
             document = _metadata(flow, raw) if is_success and complete else None
-            passed = relay.buffered(upstream, document or raw, flow.request_id, redirect)
+            passed = relay.buffered(
+                upstream, document or raw, flow.request_id, redirect, flow.added()
+            )
             if document is not None:  # the upstream's length was the old document's
                 passed.headers["Content-Length"] = str(len(document))
             flow.answered(passed, "passthrough")
@@ -349,6 +351,7 @@ class Proxy:
             events=events,
             broken=broken,
             redirect=flow.redirect(),
+            added=flow.added(),
         )
         return await relay.stream(flow.request, flow.upstream, head, how)
 

@@ -9,7 +9,8 @@ disagree (``proxy/runtime/retries.py``).
 
 from __future__ import annotations
 
-from typing import Literal
+import difflib
+from typing import Literal, get_args
 
 from pydantic import Field, field_validator
 
@@ -18,6 +19,7 @@ from proxy.config.model import Frozen
 #: What a try can end in that a policy may retry: no connection (nothing was sent), the
 #: connection lost after the request went, no response head in time; or a status.
 Outcome = Literal["connect-failure", "reset", "timeout", "gateway-error"]
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
 #: ``gateway-error``'s statuses (Envoy's).
 GATEWAY_ERRORS = frozenset({502, 503, 504})
 
@@ -69,12 +71,24 @@ class Retries(Frozen):
     #: ``include_attempt_count_in_response``
     attempt_count_header: bool = False
 
-    @field_validator("retry_on")
+    @field_validator("retry_on", mode="before")
     @classmethod
-    def _statuses(cls, value: tuple[Outcome | int, ...]) -> tuple[Outcome | int, ...]:
+    def _outcomes(cls, value: object) -> object:
+        """Each entry an outcome mend names or a 4xx/5xx status, said as the operator wrote it."""
+        if not isinstance(value, list | tuple):
+            return value
         for entry in value:
+            if isinstance(entry, bool) or not isinstance(entry, int | str):
+                raise ValueError(f"retry_on entry {entry!r} is not an outcome or a status")
             if isinstance(entry, int) and not 400 <= entry <= 599:
                 raise ValueError(f"retry_on status {entry} is not a 4xx or 5xx status")
+            if isinstance(entry, str) and entry not in OUTCOMES:
+                near = difflib.get_close_matches(entry, OUTCOMES, n=1)
+                said = f"; did you mean {near[0]!r}?" if near else ""
+                raise ValueError(
+                    f"retry_on entry {entry!r} is not one of {', '.join(OUTCOMES)} or a "
+                    f"status{said}"
+                )
         return value
 
     @property

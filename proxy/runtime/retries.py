@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from proxy.config.retries import Outcome, Retries, RetryBudget
+from proxy.config.retries import BackOff, Outcome, Retries, RetryBudget
 from proxy.edge.failures import (
     ProxyFailure,
     UpstreamProtocolError,
@@ -233,8 +233,7 @@ class Retrier:
         """The next try, or ``None`` with why it is not made (counted)."""
         policy, route = tries.policy, flow.exchange.route
         if stated_ms is None:
-            ceiling = min(policy.back_off.max_ms, policy.back_off.base_ms * 2 ** (tries.count - 1))
-            wait = self.jitter() * ceiling / 1000
+            wait = back_off_s(policy.back_off, tries.count - 1, self.jitter())
         else:
             wait = stated_ms / 1000
         why = None
@@ -255,6 +254,13 @@ class Retrier:
             return None
         tries.reasons.append(reason)
         return Retry(reason, wait)
+
+
+def back_off_s(back_off: BackOff, retry: int, jitter: float) -> float:
+    """Seconds before retry ``retry`` (from 0): full jitter (``jitter`` in [0, 1)) over an
+    exponential ceiling, as Envoy's ``retry_back_off``."""
+    ceiling_ms: int = min(back_off.max_ms, back_off.base_ms * 2**retry)
+    return jitter * ceiling_ms / 1000
 
 
 def _outcome(failure: ProxyFailure) -> Outcome | None:

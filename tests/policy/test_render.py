@@ -311,9 +311,9 @@ def test_json_is_the_contract_document(envelope: Envelope) -> None:
     """The default rendering is {"error": {...}} with every field in contract order."""
     document = _json_rendering(envelope)
     assert document == envelope_body(envelope)
-    # the cross-call fields (docs/contract.md §7) are absent until a session repeats itself, and
-    # applied (§1) when the upstream answered
-    absent = {"repeat", "session_patterns", "applied"}
+    # the cross-call fields (docs/contract.md §7) are absent until a session repeats itself,
+    # attempts (§1) unless a retry policy tried more than once, applied when the upstream answered
+    absent = {"repeat", "session_patterns", "attempts", "applied"}
     assert list(document["error"]) == [f for f in Envelope.model_fields if f not in absent]
 
 
@@ -736,8 +736,9 @@ def test_cross_call_fields_follow_in_contract_order_when_known() -> None:
         }
     )
     document = _json_rendering(envelope)
-    # applied (§1) is absent: the upstream answered
-    assert list(document["error"]) == [f for f in Envelope.model_fields if f != "applied"]
+    # attempts and applied (§1) are absent: one try, and the upstream answered
+    absent = {"attempts", "applied"}
+    assert list(document["error"]) == [f for f in Envelope.model_fields if f not in absent]
     assert document["error"]["repeat"]["count"] == 2
     assert document["error"]["session_patterns"][0]["category"] == "auth"
 

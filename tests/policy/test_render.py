@@ -778,3 +778,17 @@ def test_an_exclusive_bound_is_said_in_words() -> None:
     """``exclusiveMinimum: 0`` reads "greater than 0" in the plan, not the keyword."""
     assert prose._expected({"exclusiveMinimum": 0}) == "greater than 0"
     assert prose._expected({"minimum": 1, "exclusiveMaximum": 9}) == "minimum 1, less than 9"
+
+
+@pytest.mark.parametrize("rendering", [Rendering.TEXT, Rendering.MARKDOWN])
+def test_prose_says_how_often_mend_already_tried(rendering: Rendering) -> None:
+    """After a retry policy's tries all failed (docs/retries.md), the Retry line says so, and
+    the JSON line carries ``attempts``: the model does not take it for a first failure."""
+    from proxy.policy.envelope import Attempts  # noqa: PLC0415
+
+    envelope = RATE_LIMITED.model_copy(update={"attempts": Attempts(count=3, elapsed_ms=412)})
+    lines, _ = _prose_parts(_body(envelope, rendering))
+    retry = next(line for line in lines if "Retry:" in line)
+    assert "mend already sent it 3 times over 412 ms" in retry
+    document = json.loads(_body(envelope, rendering).splitlines()[-1])
+    assert document["error"]["attempts"] == {"count": 3, "elapsed_ms": 412}

@@ -13,6 +13,7 @@ from yarl import URL
 from proxy.config.choices import ProtocolName, Rendering
 from proxy.config.model import Frozen
 from proxy.config.redaction import RedactionSettings
+from proxy.config.retries import Retries
 
 #: A DNS name, for SNI and the certificate's name check (no scheme, port or path).
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
@@ -162,6 +163,8 @@ class Route(Frozen):
     #: which requests are safe to send again after mend sent them and got no answer, beyond
     #: what their method (or an MCP tool's annotations) says; first match wins
     retry_safe: tuple[RetrySafe, ...] = ()
+    #: this route's retry policy (docs/retries.md), in place of the top-level ``retries:``
+    retries: Retries | None = None
     #: serve the document's operations as MCP tools at ``<prefix><mcp_tools>`` (docs/contract.md §9;
     #: proxy/edge/mcptools/); needs ``openapi``
     mcp_tools: str | None = Field(None, pattern=r"^/[A-Za-z0-9._~/-]{0,200}$")

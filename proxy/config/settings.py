@@ -14,6 +14,7 @@ from proxy.config.crosscall import CircuitSettings, SessionSettings, StateSettin
 from proxy.config.model import Frozen
 from proxy.config.otel import TracingSettings
 from proxy.config.redaction import RedactionSettings
+from proxy.config.retries import Retries
 from proxy.config.route import Route
 from proxy.config.sourcefile import MAX_FILE_BYTES
 
@@ -146,6 +147,9 @@ class Settings(Frozen):
     state: StateSettings = StateSettings()
     #: each route's circuit breaker
     circuit: CircuitSettings = CircuitSettings()
+    #: every route's retry policy unless it has its own (docs/retries.md): failures the envelope
+    #: would call retryable are sent again before the agent sees them
+    retries: Retries = Retries()
     #: OpenTelemetry traces over OTLP (``proxy/observation/tracing.py``); the ``OTEL_*`` variables
     #: fill it
     tracing: TracingSettings = TracingSettings()

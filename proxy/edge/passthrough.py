@@ -29,19 +29,27 @@ from proxy.edge.redirect import HEADERS as REDIRECT_HEADERS
 #: A redirect header's value as the agent gets it: ``(name, value) -> value``
 #: (``proxy/edge/redirect.py``); ``None`` where a route does not rewrite them.
 Redirect = Callable[[str, str], str]
+#: Headers mend adds to a response it passes (``X-Mend-Attempt-Count``: docs/retries.md).
+Added = tuple[tuple[str, str], ...]
 #: Response headers naming the upstream's software, dropped from every response (``Server``
 #: is not dropped but replaced, in its place).
 BANNERS = ("x-powered-by", "x-aspnet-version", "x-aspnetmvc-version", "x-sourcefiles")
 
 
 def passthrough_headers(
-    headers: CIMultiDictProxy[str], request_id: str, redirect: Redirect | None = None
+    headers: CIMultiDictProxy[str],
+    request_id: str,
+    redirect: Redirect | None = None,
+    added: Added = (),
 ) -> CIMultiDict[str]:
     """The upstream's end-to-end headers, less its banners, with ``Server: mend``, the request
-    id and rewritten redirect headers; each value replaced where the upstream had it."""
+    id, mend's ``added`` ones and rewritten redirect headers; each value replaced where the
+    upstream had it."""
     out = end_to_end(headers, drop=BANNERS)
     out["Server"] = "mend"  # (one value, in the first one's place: a banner sent twice is one)
     out["X-Request-ID"] = request_id
+    for name, value in added:
+        out[name] = value
     if redirect is not None:
         for name in REDIRECT_HEADERS:
             if name in out:

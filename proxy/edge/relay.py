@@ -17,7 +17,13 @@ from structlog.typing import FilteringBoundLogger
 
 from proxy.edge.failures import UpstreamResponseTooLarge, upstream_errors
 from proxy.edge.names import spelling
-from proxy.edge.passthrough import PassedResponse, PassedStream, Redirect, passthrough_headers
+from proxy.edge.passthrough import (
+    Added,
+    PassedResponse,
+    PassedStream,
+    Redirect,
+    passthrough_headers,
+)
 from proxy.edge.upstream import Response, UpstreamError
 from proxy.policy.protocols.base import Protocol
 from proxy.policy.protocols.sse import EventRewriter
@@ -43,14 +49,18 @@ STREAM_TYPES = frozenset(
 
 
 def buffered(
-    upstream: Response, raw: bytes, rid: str, redirect: Redirect | None = None
+    upstream: Response,
+    raw: bytes,
+    rid: str,
+    redirect: Redirect | None = None,
+    added: Added = (),
 ) -> web.StreamResponse:
     """The upstream's response with ``raw`` as its whole body."""
     return PassedResponse(
         status=upstream.status,
         reason=upstream.reason,
         body=raw,
-        headers=passthrough_headers(upstream.headers, rid, redirect),
+        headers=passthrough_headers(upstream.headers, rid, redirect, added),
         spelt=spelling(upstream.headers),
     )
 
@@ -71,6 +81,8 @@ class Passing:
     broken: Callable[[UpstreamError], bytes] | None = None
     #: what names mend instead of the upstream in redirect headers
     redirect: Redirect | None = None
+    #: headers mend adds (``X-Mend-Attempt-Count``)
+    added: Added = ()
 
 
 async def stream(
@@ -103,11 +115,11 @@ async def stream(
         if upstream.at_eof():
             if events is not None:
                 head = await events.feed(head) + events.close()
-            return buffered(upstream, head, rid, redirect)
+            return buffered(upstream, head, rid, redirect, how.added)
     response = PassedStream(
         status=upstream.status,
         reason=upstream.reason,
-        headers=passthrough_headers(upstream.headers, rid, redirect),
+        headers=passthrough_headers(upstream.headers, rid, redirect, how.added),
         spelt=spelling(upstream.headers),
     )
     await response.prepare(request)

@@ -115,6 +115,22 @@ class Metrics:
             ["route", "reason"],
             registry=registry,
         )
+        #: retries a route's policy made (docs/retries.md): why, and how the retried try ended
+        self.retries = Counter(
+            "mend_retries",
+            "Requests sent again by a retry policy, by what the try before ended in and how "
+            "the retry ended.",
+            ["route", "reason", "outcome"],
+            registry=registry,
+        )
+        #: retriable failures answered without a retry: the budget, the deadline, an unsafe
+        #: request, a wait too long, a body not kept, an open circuit
+        self.retries_declined = Counter(
+            "mend_retries_declined",
+            "Failures a retry policy would retry that were answered instead, by why.",
+            ["route", "reason", "why"],
+            registry=registry,
+        )
         self.request_duration = Histogram(
             "mend_request_duration_seconds",
             "Time from request to response headers and body.",

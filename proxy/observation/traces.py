@@ -263,9 +263,12 @@ class RequestTrace:
 
     # --- the upstream call -----------------------------------------------------------------
 
-    def client(self, runtime: RouteRuntime, headers: CIMultiDict[str]) -> ClientSpan:
-        """The CLIENT span of the upstream call about to be made; its ``traceparent`` (and the
-        agent's ``tracestate``) replace the agent's in ``headers``."""
+    def client(
+        self, runtime: RouteRuntime, headers: CIMultiDict[str], resends: int = 0
+    ) -> ClientSpan:
+        """The CLIENT span of the upstream call about to be made (one per try: ``resends``
+        tries went before it); its ``traceparent`` (and the agent's ``tracestate``) replace the
+        agent's in ``headers``."""
         origin = runtime.origin
         self.http_route = runtime.route.prefix
         port = origin.port or (443 if origin.scheme == "https" else 80)
@@ -280,6 +283,8 @@ class RequestTrace:
                 "mend.route": runtime.route.name,
             },
         )
+        if resends:
+            span.set_attribute("http.request.resend_count", resends)
         headers.popall("traceparent", None)
         headers.popall("tracestate", None)
         _PROPAGATOR.inject(headers, context=otel.set_span_in_context(span))

@@ -93,6 +93,16 @@ class SessionPattern(BaseModel):
     suggestion: str
 
 
+class Attempts(BaseModel):
+    """``attempts`` (docs/contract.md §1): mend sent the request ``count`` times under a retry
+    policy (docs/retries.md), over ``elapsed_ms``, and every try failed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    count: int
+    elapsed_ms: int
+
+
 class Envelope(BaseModel):
     """Every field of docs/contract.md §1; absent knowledge is ``None`` or ``[]``, never omitted."""
 
@@ -128,6 +138,8 @@ class Envelope(BaseModel):
     #: the cross-call fields (``proxy/policy/crosscall``): absent from the document when unknown
     repeat: RepeatInfo | None = None
     session_patterns: tuple[SessionPattern, ...] = ()
+    #: the tries a retry policy made, when there were several and all failed; else absent
+    attempts: Attempts | None = None
     #: whether the request may have taken effect upstream; absent when the upstream answered
     applied: Applied | None = None
 
@@ -151,6 +163,8 @@ class Envelope(BaseModel):
             del data["repeat"]
         if not data["session_patterns"]:
             del data["session_patterns"]
+        if data["attempts"] is None:
+            del data["attempts"]
         if data["applied"] is None:
             del data["applied"]
         return data

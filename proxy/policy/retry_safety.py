@@ -145,12 +145,32 @@ class RetrySafety:
                     hit = method == exchange.method and glob.fullmatch(exchange.path) is not None
                 if hit:
                     return Verdict(safe)
+        if exchange.tool is None and isinstance(sent, list):
+            return _READS if self._batch_safe(exchange, sent) else _NO_VERDICT
         if exchange.tool is None:
             return _READS if _only_reads(exchange, sent) else _NO_VERDICT
         hints = self.hints(exchange.route, exchange.tool)
         if hints is None:
             return _NO_VERDICT
         return Verdict(hints.safe, hints.asks_user)
+
+    def _batch_safe(self, exchange: Exchange, sent: list[Any]) -> bool:
+        """An MCP batch (revisions before 2025-06-18) is safe to send again only when every
+        call in it is: none a ``tools/call`` but of a tool annotated read-only or idempotent."""
+        if exchange.protocol != "mcp" or not 0 < len(sent) <= MAX_BATCH:
+            return False
+        for item in sent:
+            method = item.get("method") if isinstance(item, dict) else None
+            if not isinstance(method, str):
+                return False
+            if method != "tools/call":
+                continue
+            params = item.get("params")
+            name = params.get("name") if isinstance(params, dict) else None
+            hints = self.hints(exchange.route, name) if isinstance(name, str) else None
+            if hints is None or hints.safe is not True:
+                return False
+        return True
 
     def _compiled(self, entries: tuple[RetrySafe, ...]) -> _Compiled:
         compiled = self._overrides.get(entries)

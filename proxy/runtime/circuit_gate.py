@@ -39,6 +39,13 @@ class CircuitGate:
                 blocked=blocked,
             )
 
+    async def open(self, flow: Flow) -> bool:
+        """Whether the operation's circuit is open now (a retry is then not made)."""
+        key = flow.operation
+        if key is None or not self.circuits.enabled:
+            return False
+        return await self.circuits.blocked(flow.exchange.route, key) is not None
+
     async def answered(self, flow: Flow, status: int) -> None:
         """A response head arrived: a status that does not count closes a dirty circuit."""
         key = flow.operation

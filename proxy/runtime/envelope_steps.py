@@ -4,6 +4,7 @@ As structlog's processors: each step takes the flow, the exchange the envelopes 
 and the answer, and returns the answer. ``Proxy`` runs them in this order for an upstream error
 and for a failure mend met itself:
 
+0. ``attempts``: how many tries a retry policy made, when they all failed.
 1. ``Review``: the cross-call view (docs/contract.md §7): repeats, session patterns, escalation.
 2. ``Count``: every envelope into the metrics (code, redactions, repeats).
 3. ``Enrich``: what the route's OpenAPI document adds (fields, next operation, check first).
@@ -31,7 +32,7 @@ from proxy.edge.passthrough import EnvelopeResponse
 from proxy.observation.metrics import Metrics, RepeatTracker
 from proxy.policy.crosscall.review import body_digest
 from proxy.policy.crosscall.view import CrossCall
-from proxy.policy.envelope import Action, Category, Envelope
+from proxy.policy.envelope import Action, Attempts, Category, Envelope
 from proxy.policy.evaluate import Answer, Evaluation
 from proxy.policy.exchange import NOT_JSON, Exchange
 from proxy.policy.negotiation import Negotiator
@@ -70,6 +71,26 @@ async def run(steps: tuple[Step, ...], flow: Flow, exchange: Exchange, answer: A
     for step in steps:
         result = step(flow, exchange, answer)
         answer = result if isinstance(result, Answer) else await result
+    return answer
+
+
+def attempts(flow: Flow, exchange: Exchange, answer: Answer) -> Answer:
+    """After several tries that all failed (``proxy/runtime/retries.py``), each envelope says how
+    many over how long (docs/contract.md §1 ``attempts``), and waits no less than mend already
+    spent trying: the back-off continued."""
+    tries = flow.tries
+    if tries is None or tries.count < 2 or not answer.evaluations:
+        return answer
+    elapsed = tries.elapsed_ms()
+    made = Attempts(count=tries.count, elapsed_ms=elapsed)
+    changed: dict[int, Envelope] = {}
+    for evaluation in answer.evaluations:
+        envelope = evaluation.envelope
+        update: dict[str, object] = {"attempts": made}
+        if envelope.retry_after_ms is not None:
+            update["retry_after_ms"] = max(envelope.retry_after_ms, elapsed)
+        changed[id(envelope)] = envelope.model_copy(update=update)
+    _put_back(flow, exchange, answer, changed)
     return answer
 
 
@@ -221,6 +242,8 @@ class Reply:
             headers["Content-Type"] = content_type
         headers["X-Request-ID"] = envelope.request_id
         headers["X-Error-Code"] = safe_header_value(envelope.code)
+        for name, value in flow.added():
+            headers[name] = value
         if not (route and route.force_rendering):
             _vary_on_accept(headers)  # the body depends on Accept: caches must key on it
         headers["Server"] = "mend"  # never the default "Python/x aiohttp/y" banner

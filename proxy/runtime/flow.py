@@ -17,20 +17,26 @@ from aiohttp import web
 from yarl import URL
 
 from proxy.edge import redirect
-from proxy.edge.passthrough import Redirect
+from proxy.edge.passthrough import Added, Redirect
 from proxy.observation.request_id import request_id
 from proxy.policy.exchange import Exchange
 
 if TYPE_CHECKING:
     from proxy.config.route import Route
     from proxy.edge.failures import ProxyFailure
-    from proxy.edge.upstream import Response
+    from proxy.edge.upstream import Response, Timeouts
     from proxy.observation.traces import RequestTrace
     from proxy.policy.build import BuildOptions
     from proxy.policy.envelope import Envelope
     from proxy.policy.protocols.base import Call
     from proxy.policy.redaction import Redactor
     from proxy.runtime.generation import Generation, RouteRuntime
+    from proxy.runtime.retries import Tries
+
+
+#: the tries made, on responses of a route whose ``retries:`` asks (Envoy's
+#: ``x-envoy-attempt-count``)
+ATTEMPT_COUNT = "X-Mend-Attempt-Count"
 
 
 @dataclass(slots=True, eq=False)
@@ -50,6 +56,8 @@ class Flow:
     trace: RequestTrace | None = None
     #: what the agent speaks (``proxy/policy/protocols``), when the route or the request says
     call: Call | None = None
+    #: the request target as it goes upstream (``proxy/edge/target.py``)
+    target: str = ""
     #: the operation whose circuit the request counts in (docs/contract.md §7), when circuits are on
     operation: str | None = None
     #: the upstream's response, once its head arrived
@@ -68,6 +76,10 @@ class Flow:
     failure: ProxyFailure | None = None
     #: logged and counted (``proxy/runtime/record.py``); a WebSocket is, when its 101 goes out
     recorded: bool = False
+    #: the tries a retry policy makes (``proxy/runtime/retries.py``), when the route has one
+    tries: Tries | None = None
+    #: this try's upstream timeouts (``None``: the route's)
+    timeouts: Timeouts | None = None
 
     @classmethod
     def begin(
@@ -104,6 +116,25 @@ class Flow:
         self.response, self.outcome = response, outcome
         if envelope is not None:
             self.envelope = envelope
+
+    @property
+    def resends(self) -> int:
+        """Tries made before this one (OpenTelemetry's ``http.request.resend_count``)."""
+        return self.tries.count - 1 if self.tries is not None else 0
+
+    def added(self) -> Added:
+        """The headers mend adds to its answer: the tries made, when the retry policy says."""
+        tries = self.tries
+        if tries is None or not tries.policy.attempt_count_header:
+            return ()
+        return ((ATTEMPT_COUNT, str(tries.count)),)
+
+    def again(self, timeouts: Timeouts) -> None:
+        """Ready for the next try of the request: what the last one learnt forgotten."""
+        exchange = self.exchange
+        self.exchange = exchange_of(self.request, exchange.request_id, exchange.route)
+        self.upstream = self.failure = self.envelope = self.response = None
+        self.outcome, self.timeouts = "passthrough", timeouts
 
     def hung_up(self) -> None:
         """The agent closed its connection before its answer: nginx's 499, logged, never sent."""

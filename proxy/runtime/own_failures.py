@@ -11,7 +11,7 @@ from structlog.typing import FilteringBoundLogger
 from proxy.edge.failures import ProxyBug, ProxyFailure
 from proxy.observation.metrics import Metrics
 from proxy.policy.crosscall.circuit import Blocked, open_answer
-from proxy.policy.evaluate import Answer, described, rewrite
+from proxy.policy.evaluate import Answer, Evaluation, described, rewrite
 from proxy.policy.exchange import Exchange
 from proxy.policy.protocols.detect import Detector
 from proxy.policy.retry_safety import RetrySafety
@@ -41,6 +41,16 @@ class OwnFailures:
         """The envelope of ``failure``, in the agent's protocol when it speaks one."""
         if failure.upstream:
             self.metrics.upstream_failures.labels(exchange.route, failure.reason).inc()
+        evaluation = self.evaluation(flow, exchange, failure)
+        protocol = self.detector.resolve(flow.call) if flow.call is not None else None
+        if protocol is None or flow.call is None:
+            return Answer(None, [evaluation])
+        rendered = protocol.render_whole(flow.call, evaluation.envelope, failure.status)
+        return Answer(rendered, [evaluation], protocol)
+
+    def evaluation(self, flow: Flow, exchange: Exchange, failure: ProxyFailure) -> Evaluation:
+        """The envelope of ``failure`` as built, counted nowhere: what the agent would get, and
+        what a retry policy asks before sending the request again (``runtime/retries.py``)."""
         exchange.status = None
         exchange.applied = failure.applied
         rule = flow.generation.loaded.engine.own[failure.rule]
@@ -56,10 +66,7 @@ class OwnFailures:
         evaluation = rewrite(Match(rule, found), exchange, flow.redactor(), flow.options())
         if isinstance(blocked := failure.context.get("blocked"), Blocked):
             evaluation.envelope = open_answer(evaluation.envelope, blocked)
-        if protocol is None or call is None:
-            return Answer(None, [evaluation])
-        rendered = protocol.render_whole(call, evaluation.envelope, failure.status)
-        return Answer(rendered, [evaluation], protocol)
+        return evaluation
 
     def bug(self, exc: Exception) -> ProxyBug:
         """A bug in mend, logged with its traceback; the agent gets ``INTERNAL_PROXY_ERROR``."""

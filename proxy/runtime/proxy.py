@@ -1,7 +1,8 @@
 """The proxy: one request's whole path, top to bottom, in ``Proxy.handle``.
 
-begin -> send (refuse, read, validate, circuit, forward) -> respond (tunnel | stream | read ->
-match -> envelope steps) -> finish (send, log, count, tell the circuit). One ``Flow`` carries the
+begin -> send (refuse, read, validate, circuit) -> tries (forward -> respond: tunnel | stream |
+read -> match -> envelope steps; again while the route's retries say) -> finish (send, log,
+count, tell the circuit). One ``Flow`` carries the
 request through every step (``proxy/runtime/flow.py``); docs/design.md names the file of each.
 Successes never leave the streaming branch; only responses a rule set or the agent's protocol
 (``proxy/policy/protocols``) inspects are read, and event streams are rewritten as they arrive.
@@ -53,6 +54,7 @@ from proxy.runtime.generation import Generation, Generations, unverified
 from proxy.runtime.inspection import bare_call, classify, metadata_requested
 from proxy.runtime.own_failures import OwnFailures, judge
 from proxy.runtime.record import Recorder
+from proxy.runtime.retries import Retrier
 from proxy.runtime.unexplained import Unexplained
 from proxy.runtime.websockets import WebSockets
 
@@ -89,6 +91,8 @@ class Proxy:
         self.openapi = OpenAPIGate(lambda request: request[GENERATION].loaded)
         self.gate = CircuitGate(self.circuits, self.openapi)
         self.own = OwnFailures(metrics, detector, self.retry_safety, logger)
+        #: failed tries sent again before the agent sees them (``proxy/runtime/retries.py``)
+        self.retries = Retrier(metrics, self.own, self.gate)
         #: request lines: every error's, successes' as ``access_log_sample`` says
         self.recorder = Recorder(metrics, logger, AccessLog(lambda: self.store.settings))
         self.websockets = WebSockets(metrics, logger, self.recorder)
@@ -99,6 +103,7 @@ class Proxy:
         self.books = books or Books()
         self.unexplained = Unexplained(self.books)
         self.after_match: tuple[Step, ...] = (
+            envelope_steps.attempts,
             self.review,
             self.count,
             self.unexplained,
@@ -127,8 +132,9 @@ class Proxy:
         flow = self._begin(request, self.generations.enter(self.store.loaded))
         try:
             try:
-                await self._send(flow)  # refuse, read, validate, circuit, forward
-                await self._respond(flow)  # tunnel, stream, or read and rewrite
+                # refuse, read, validate, circuit; then each try: forward, and respond (tunnel,
+                # stream, or read and rewrite), again while the route's retries say
+                await self._send(flow)
             except Exception as exc:
                 await self._failed(flow, exc)  # mend's own envelope, a 499, or an abort
             await self._finish(flow)  # send, then log, count, tell the circuit
@@ -157,7 +163,7 @@ class Proxy:
             await self._fail(flow, self.own.bug(exc))
 
     async def _send(self, flow: Flow) -> None:
-        """The request checked, then forwarded: refused if it is not for a route, too large,
+        """The request checked, then tried: refused if it is not for a route, too large,
         invalid for its documented operation, or its operation's circuit is open."""
         request, runtime, settings = flow.request, flow.runtime, flow.generation.settings
         if request.method == "CONNECT" or not request.raw_path.startswith("/"):
@@ -170,7 +176,7 @@ class Proxy:
         tool_call = request.transport is None
         if tool_call and (refused := request.get(tool_calls.REFUSED)) is not None:
             raise refused  # answered as mend's own failure
-        target = upstream_target(request.raw_path, route.prefix, route.strip_prefix)
+        flow.target = upstream_target(request.raw_path, route.prefix, route.strip_prefix)
         # what the agent speaks, from its headers; a JSON body is kept on the side
         call = flow.call = self.detector.call(request, route.protocol)
         if call is not None and route.tool_errors == "error":
@@ -188,9 +194,14 @@ class Proxy:
             sent = await self.openapi.check(request, route, sent)
         if self.circuits.enabled:
             await self.gate.closed(flow, route)
-        await self._forward(flow, target, sent)
+        await self.retries.run(flow, self._attempt, sent)
 
-    async def _forward(self, flow: Flow, target: str, body: AsyncIterator[bytes] | None) -> None:
+    async def _attempt(self, flow: Flow, body: AsyncIterator[bytes] | None) -> None:
+        """One try: the request forwarded, its answer given (``Again``: to be tried again)."""
+        await self._forward(flow, body)
+        await self._respond(flow)
+
+    async def _forward(self, flow: Flow, body: AsyncIterator[bytes] | None) -> None:
         """The request to the upstream, to its response head (``proxy/edge/forward.py``)."""
         request, runtime = flow.request, flow.runtime
         assert runtime is not None
@@ -206,11 +217,13 @@ class Proxy:
         )
         pool = flow.generation.upstreams.pool(route.name, runtime.origin)
         # the CLIENT span, whose traceparent goes upstream in place of the agent's
-        client = flow.trace.client(runtime, headers) if flow.trace is not None else None
+        trace = flow.trace
+        client = trace.client(runtime, headers, flow.resends) if trace is not None else None
         forward_at = time.perf_counter()
+        timeout = flow.timeouts or runtime.timeout
         try:
             with upstream_errors():
-                pending = pool.request(request.method, target, headers, body, runtime.timeout)
+                pending = pool.request(request.method, flow.target, headers, body, timeout)
                 upstream = await (pending if client is None else client.send(pending))
         finally:
             flow.waited_s = time.perf_counter() - forward_at
@@ -276,7 +289,9 @@ class Proxy:
         else:  # a success, or an error no rule calls one, as it came
             redirect = flow.redirect()
             document = _metadata(flow, raw) if is_success and complete else None
-            passed = relay.buffered(upstream, document or raw, flow.request_id, redirect)
+            passed = relay.buffered(
+                upstream, document or raw, flow.request_id, redirect, flow.added()
+            )
             if document is not None:  # the upstream's length was the old document's
                 passed.headers["Content-Length"] = str(len(document))
             flow.answered(passed, "passthrough")
@@ -306,6 +321,8 @@ class Proxy:
         answered = answer_exchange(ruleset, exchange, call, self.detector, redactor, options)
         if answered is None:
             return False
+        if flow.tries is not None:  # a failure the route's retries send again raises ``Again``
+            await self.retries.absorb(flow, exchange, answered)
         await envelope_steps.run(self.after_match, flow, exchange, answered)
         return True
 
@@ -334,6 +351,7 @@ class Proxy:
             events=events,
             broken=broken,
             redirect=flow.redirect(),
+            added=flow.added(),
         )
         return await relay.stream(flow.request, flow.upstream, head, how)
 

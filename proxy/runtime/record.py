@@ -65,6 +65,8 @@ class Recorder:
             line["upstream_status"] = exchange.status
         if flow.upstream_s is not None:
             line["upstream_ms"] = round(flow.upstream_s * 1000, 3)
+        if flow.tries is not None and flow.tries.count > 1:
+            line["attempts"] = flow.tries.count
         if envelope is not None:
             line["code"], line["rule"] = envelope.code, envelope.rule
             if envelope.applied is not None:

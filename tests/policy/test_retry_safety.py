@@ -112,6 +112,40 @@ def test_graphql_requests_read_unless_a_mutation_is_in_them(sent: Any, safe: boo
     assert RetrySafety().verdict(None, exchange, sent).safe is safe
 
 
+def _batch(*calls: tuple[str, str | None]) -> list[dict[str, Any]]:
+    return [
+        {"jsonrpc": "2.0", "id": n, "method": method, "params": {"name": tool} if tool else {}}
+        for n, (method, tool) in enumerate(calls)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("calls", "safe"),
+    [
+        ((("tools/list", None), ("ping", None)), True),
+        ((("tools/call", "lookup"), ("resources/read", None)), True),  # lookup: readOnlyHint
+        ((("tools/call", "lookup"), ("tools/call", "pay")), None),  # pay: unannotated
+        ((("tools/call", "lookup"), ("tools/call", "unknown")), None),  # never listed
+    ],
+)
+def test_an_mcp_batch_is_safe_only_when_every_call_in_it_is(
+    calls: tuple[tuple[str, str | None], ...], safe: bool | None
+) -> None:
+    """A batch is sent again only if each of its calls could be: one unsafe call, or one tool
+    mend knows nothing of, makes the whole batch unsafe."""
+    table = RetrySafety()
+    table.learn("r", _listing({"name": "lookup", "annotations": {"readOnlyHint": True}}))
+    table.learn("r", _listing({"name": "pay"}))
+    exchange = Exchange("POST", "/mcp", "r", "q", {}, protocol="mcp")
+    assert table.verdict(None, exchange, _batch(*calls)).safe is safe
+
+
+def test_a_batch_of_plain_json_rpc_is_not_known_to_be_safe() -> None:
+    """Outside MCP, mend cannot tell what a JSON-RPC method does: a batch is not safe."""
+    exchange = Exchange("POST", "/rpc", "r", "q", {}, protocol="jsonrpc")
+    assert RetrySafety().verdict(None, exchange, _batch(("tools/list", None))).safe is None
+
+
 def test_one_answer_is_read_up_to_its_caps() -> None:
     """A huge batch or tools list is read only up to MAX_BATCH elements and MAX_LISTED tools."""
     table = RetrySafety(max_tools=10 * MAX_LISTED)

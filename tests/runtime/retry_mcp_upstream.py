@@ -95,7 +95,14 @@ def main() -> None:
     app = web.Application()
     app.router.add_route("*", "/mcp", mcp)
     app.router.add_get("/_hits", hits)
-    web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
+    web.run_app(
+        app,
+        host="127.0.0.1",
+        port=int(sys.argv[1]),
+        print=None,
+        access_log=None,
+        shutdown_timeout=1.0,  # hung requests are not waited for
+    )
 
 
 if __name__ == "__main__":

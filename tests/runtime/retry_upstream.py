@@ -9,7 +9,8 @@
   ``"502"``...), a status with a stated wait in seconds (``"429-after:0.2"``: ``Retry-After-Ms``
   and ``Retry-After``; ``"503-after:30"``), ``"reset"`` (the whole request read, then the
   connection aborted with no answer) or ``"hang"`` (the request read, then no answer for 30 s).
-  Scripting a path forgets what it saw.
+  ``"answers": [WHAT, ...]`` in place of ``fail`` and ``with`` scripts each request in turn
+  (``"200"`` for a success). Scripting a path forgets what it saw.
 - ``GET /_hits?path=/x``: ``{"hits": [...]}``, every request of ``/x`` in arrival order:
   ``method``, ``idempotency_key``, ``body`` (text), ``seq`` (the ``X-Test-Seq`` header),
   ``t0`` and ``t1`` (this process's monotonic seconds when it arrived and when it was
@@ -41,8 +42,8 @@ HANG_S = 30.0
 
 @dataclass
 class Script:
-    fail: int = 0
-    kind: str = "503"
+    #: what the first requests get, in turn; the ones after get a 200
+    answers: list[str] = field(default_factory=list)
     delay_ms: int = 0
     hits: list[dict[str, Any]] = field(default_factory=list)
 
@@ -52,9 +53,8 @@ SCRIPTS: dict[str, Script] = {}
 
 async def take_script(request: web.Request) -> web.Response:
     order = await request.json()
-    SCRIPTS[order["path"]] = Script(
-        int(order.get("fail", 0)), str(order.get("with", "503")), int(order.get("delay_ms", 0))
-    )
+    answers = order.get("answers") or [str(order.get("with", "503"))] * int(order.get("fail", 0))
+    SCRIPTS[order["path"]] = Script([str(a) for a in answers], int(order.get("delay_ms", 0)))
     return web.json_response({"scripted": order["path"]})
 
 
@@ -97,22 +97,23 @@ async def scripted(request: web.Request) -> web.StreamResponse:
         "answer": None,
     }
     found.hits.append(hit)
-    failing = len(found.hits) <= found.fail
+    count = len(found.hits)
+    kind = found.answers[count - 1] if count <= len(found.answers) else "200"
     try:
         if found.delay_ms:
             await asyncio.sleep(found.delay_ms / 1000)
-        if failing and found.kind == "reset":
+        if kind == "reset":
             hit["answer"] = "reset"
             assert request.transport is not None
             request.transport.abort()
             raise asyncio.CancelledError  # nothing is written on the aborted connection
-        if failing and found.kind == "hang":
+        if kind == "hang":
             hit["answer"] = "hang"
             await asyncio.sleep(HANG_S)
             return web.Response(status=504, text="too late")
-        if failing:
-            hit["answer"] = found.kind
-            return _failure(found.kind)
+        if kind != "200":
+            hit["answer"] = kind
+            return _failure(kind)
         if request.headers.get("Upgrade", "").lower() == "websocket":
             hit["answer"] = "101"
             return await echo_socket(request)
@@ -126,9 +127,17 @@ async def scripted(request: web.Request) -> web.StreamResponse:
 # -- the tests' side ------------------------------------------------------------------------
 
 
-def script(upstream: str, path: str, fail: int, what: str, delay_ms: int = 0) -> None:
-    """The upstream fails the first ``fail`` requests of ``path`` with ``what``, then 200."""
-    order = {"path": path, "fail": fail, "with": what, "delay_ms": delay_ms}
+def script(
+    upstream: str,
+    path: str,
+    fail: int = 0,
+    what: str = "503",
+    delay_ms: int = 0,
+    answers: list[str] | None = None,
+) -> None:
+    """The upstream fails the first ``fail`` requests of ``path`` with ``what`` (or answers
+    each in turn as ``answers`` says), then 200."""
+    order = {"path": path, "fail": fail, "with": what, "delay_ms": delay_ms, "answers": answers}
     httpx.post(f"{upstream}/_script", json=order, timeout=5).raise_for_status()
 
 
@@ -156,7 +165,14 @@ def main() -> None:
     app.router.add_post("/_script", take_script)
     app.router.add_get("/_hits", show_hits)
     app.router.add_route("*", "/{tail:.*}", scripted)
-    web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
+    web.run_app(
+        app,
+        host="127.0.0.1",
+        port=int(sys.argv[1]),
+        print=None,
+        access_log=None,
+        shutdown_timeout=1.0,  # hung requests are not waited for
+    )
 
 
 if __name__ == "__main__":

@@ -358,24 +358,29 @@ def test_refused_connection_is_retried_for_a_post(mend: MendProcess, refused_por
     (the refused tries never reached it) and mend counted connect_failure retries."""
     methods: list[str] = []
     handler = type("Served", (_Served,), {"methods": methods})
-    servers: list[http.server.ThreadingHTTPServer] = []
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", refused_port), handler, bind_and_activate=False
+    )
+    server.daemon_threads = True
+    serving = threading.Event()
 
     def start() -> None:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", refused_port), handler)
-        server.daemon_threads = True
-        servers.append(server)
+        server.server_bind()
+        server.server_activate()
+        serving.set()
         server.serve_forever()
 
     before = counter(mend, "mend_retries_total", route="refused", reason="connect_failure")
     timer = threading.Timer(0.1, start)
+    timer.daemon = True
     timer.start()
     try:
         response = send(mend, "POST", "/refused/orders", BODY)
     finally:
-        timer.join(5)
-        for server in servers:
+        timer.cancel()  # nothing to cancel once it started the server
+        if serving.is_set():
             server.shutdown()
-            server.server_close()
+        server.server_close()
     assert response.status_code == 200, response.text
     assert methods == ["POST"]
     after = counter(mend, "mend_retries_total", route="refused", reason="connect_failure")
@@ -608,3 +613,42 @@ def test_batch_of_safe_calls_is_retried_and_a_mixed_one_is_not(
     assert len(mcp_hits(mcp_upstream, safe)) == 4  # two calls, twice
     _rpc(mend, [_call(3, "lookup", mixed), _call(4, "launch", mixed)])
     assert len(mcp_hits(mcp_upstream, mixed)) == 2  # the batch once
+
+
+# -- an open circuit ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def circuit_mend(tmp_path_factory: pytest.TempPathFactory, upstream: str) -> Iterator[MendProcess]:
+    """mend with circuits on (one failed request opens an operation's), one route retrying."""
+    route = {"name": "guarded", "upstream": upstream, "read_timeout": DEADLINE, "retries": FAST}
+    config = {"watch_rules": False, "circuit": {"failures": 1, "open_s": 5}, "routes": [route]}
+    with mend_process(Path(tmp_path_factory.mktemp("circuit")), config) as running:
+        yield running
+
+
+def test_a_circuit_opened_during_the_wait_stops_the_retry(
+    circuit_mend: MendProcess, upstream: str
+) -> None:
+    """Request A gets a 503 stating a wait of 0.8 s, so mend waits to retry it; meanwhile
+    request B of the same operation gets a 503 stating 30 s, is answered at once, and opens the
+    operation's circuit (request C, sent then, is answered by the circuit). A's retry is then
+    not sent: the upstream saw two requests, A gets an error, and the retry is declined as the
+    circuit's."""
+    path = f"/guarded/{uuid.uuid4().hex[:12]}"
+    script(upstream, path, answers=["503-after:0.8", "503-after:30"])
+    declined = counter(circuit_mend, "mend_retries_declined_total", why="circuit")
+    answers: list[httpx.Response] = []
+    first = threading.Thread(target=lambda: answers.append(send(circuit_mend, "GET", path)))
+    first.start()
+    deadline = time.monotonic() + 5
+    while not hits(upstream, path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    second = send(circuit_mend, "GET", path)
+    third = send(circuit_mend, "GET", path)  # while A waits: the circuit answers it
+    first.join(10)
+    assert second.status_code == 503
+    assert envelope(third)["rule"] == "proxy.upstream_unavailable", third.text
+    assert answers[0].status_code != 200, answers[0].text
+    assert [h["answer"] for h in hits(upstream, path)] == ["503-after:0.8", "503-after:30"]
+    assert counter(circuit_mend, "mend_retries_declined_total", why="circuit") == declined + 1

@@ -104,7 +104,7 @@ async def test_budget_bounds_retries_against_a_failing_upstream(
     are counted as ``mend_retries_declined_total{why="budget"}``; every agent got an answer
     (the 503 envelope)."""
     path = f"/load/{uuid.uuid4().hex[:12]}"
-    script(upstream, path, 10**6, "503", delay_ms=DELAY_MS)
+    script(upstream, path, 1000, "503", delay_ms=DELAY_MS)
     declined = counter(mend, "mend_retries_declined_total", route="load", why="budget")
     started = time.monotonic()
     responses = await _burst(mend, path, REQUESTS)

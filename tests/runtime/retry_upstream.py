@@ -8,7 +8,8 @@
   answer, failed or not, waits ``D`` ms first. ``WHAT`` is a status (``"503"``, ``"429"``,
   ``"502"``...), a status with a stated wait in seconds (``"429-after:0.2"``: ``Retry-After-Ms``
   and ``Retry-After``; ``"503-after:30"``), ``"reset"`` (the whole request read, then the
-  connection aborted with no answer) or ``"hang"`` (the request read, then no answer for 30 s).
+  connection aborted with no answer), ``"hang"`` (the request read, then no answer for 30 s) or
+  ``"cut"`` (a 200 head promising 1000 bytes, 100 of them, then the connection aborted).
   ``"answers": [WHAT, ...]`` in place of ``fail`` and ``with`` scripts each request in turn
   (``"200"`` for a success). Scripting a path forgets what it saw.
 - ``GET /_hits?path=/x``: ``{"hits": [...]}``, every request of ``/x`` in arrival order:
@@ -111,6 +112,16 @@ async def scripted(request: web.Request) -> web.StreamResponse:
             hit["answer"] = "hang"
             await asyncio.sleep(HANG_S)
             return web.Response(status=504, text="too late")
+        if kind == "cut":
+            hit["answer"] = "cut"
+            response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+            response.content_length = 1000
+            await response.prepare(request)
+            await response.write(b"x" * 100)
+            await asyncio.sleep(0.1)  # the head and the first bytes reach mend, and the agent
+            assert request.transport is not None
+            request.transport.abort()
+            raise asyncio.CancelledError
         if kind != "200":
             hit["answer"] = kind
             return _failure(kind)

@@ -86,6 +86,7 @@ def mend(
         route("fast", FAST),
         route("counted", {**FAST, "attempt_count_header": True}),
         route("off", {"attempts": 1}),
+        route("gateway", {**FAST, "retry_on": ["gateway-error"]}),
         route("safe", FAST, retry_safe=[{"operation": "POST /safe/search/**", "safe": True}]),
         route("small", {**FAST, "body_max_bytes": 16}),
         route(
@@ -314,6 +315,34 @@ def test_timeout_is_not_retried_unless_retry_on_names_it(mend: MendProcess, upst
     script(upstream, path, 1, "hang")
     response = send(mend, "GET", path)
     assert envelope(response)["code"] == "UPSTREAM_TIMEOUT"
+    assert len(hits(upstream, path)) == 1
+
+
+@pytest.mark.parametrize("status", ["502", "504"])
+def test_gateway_errors_are_retried_only_for_idempotent_requests(
+    mend: MendProcess, upstream: str, status: str
+) -> None:
+    """``retry_on: [gateway-error]``: a 502 or 504 (the request may have been processed) once,
+    then 200: a GET is sent again and gets the 200; a POST without a key is not (one POST
+    upstream, the agent gets the error)."""
+    get, post = unique("gateway"), unique("gateway")
+    script(upstream, get, 1, status)
+    script(upstream, post, 1, status)
+    assert send(mend, "GET", get).status_code == 200
+    assert len(hits(upstream, get)) == 2
+    assert send(mend, "POST", post, BODY).status_code == int(status)
+    assert len(hits(upstream, post)) == 1
+
+
+def test_a_success_cut_mid_body_is_not_sent_again(mend: MendProcess, upstream: str) -> None:
+    """A 200 whose connection resets after part of its body, for a GET: the agent had begun to
+    receive it, so mend does not send the request again (one request upstream); the agent sees
+    the body cut short."""
+    path = unique("fast")
+    script(upstream, path, 1, "cut")
+    with pytest.raises(httpx.HTTPError):
+        send(mend, "GET", path)
+    time.sleep(0.3)  # a retry, if mend made one, would have reached the upstream by now
     assert len(hits(upstream, path)) == 1
 
 

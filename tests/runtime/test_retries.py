@@ -238,9 +238,12 @@ def test_reset_after_the_request_is_retried_for_idempotent_methods(
     request is sent again and the agent gets the 200."""
     path = unique("fast")
     script(upstream, path, 1, "reset")
+    labels = {"route": "fast", "reason": "reset", "outcome": "succeeded"}
+    before = counter(mend, "mend_retries_total", **labels)
     response = send(mend, method, path, _body(method))
     assert response.status_code == 200, response.text
     assert [h["answer"] for h in hits(upstream, path)] == ["reset", "200"]
+    assert counter(mend, "mend_retries_total", **labels) == before + 1
 
 
 def test_reset_of_a_post_without_key_is_never_sent_twice(mend: MendProcess, upstream: str) -> None:
@@ -279,11 +282,14 @@ def test_hang_is_retried_for_a_get_at_the_per_try_timeout(mend: MendProcess, ups
     within the deadline, and its 200 reaches the agent."""
     path = unique("fast")
     script(upstream, path, 1, "hang")
+    labels = {"route": "fast", "reason": "timeout", "outcome": "succeeded"}
+    before = counter(mend, "mend_retries_total", **labels)
     started = time.monotonic()
     response = send(mend, "GET", path)
     assert response.status_code == 200, response.text
     assert time.monotonic() - started < DEADLINE
     assert [h["answer"] for h in hits(upstream, path)] == ["hang", "200"]
+    assert counter(mend, "mend_retries_total", **labels) == before + 1
 
 
 def test_hang_of_a_post_without_key_is_not_retried(mend: MendProcess, upstream: str) -> None:
@@ -373,7 +379,9 @@ class _Served(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")  # no pooled connection outlives the test
         self.end_headers()
+        self.close_connection = True
         self.wfile.write(body)
 
     def log_message(self, *_: Any) -> None:
@@ -416,6 +424,18 @@ def test_refused_connection_is_retried_for_a_post(mend: MendProcess, refused_por
     assert after > before
 
 
+def test_refused_on_every_try_gives_the_envelope_with_its_attempts(mend: MendProcess) -> None:
+    """Nothing ever listens: after its 6 attempts the POST gets UPSTREAM_UNREACHABLE, applied
+    "no" (it never left), retryable, with ``attempts: {count: 6, ...}`` and a wait no shorter
+    than the time spent."""
+    response = send(mend, "POST", "/refused/orders", BODY)
+    error = envelope(response)
+    assert error["code"] == "UPSTREAM_UNREACHABLE", error
+    assert (error["applied"], error["retryable"]) == ("no", True)
+    assert error["attempts"]["count"] == 6
+    assert error["retry_after_ms"] >= error["attempts"]["elapsed_ms"]
+
+
 # -- attempts used up, and what shows ---------------------------------------------------------
 
 
@@ -440,6 +460,19 @@ def test_attempts_used_up_give_the_envelope_with_its_attempts(
     assert len(hits(upstream, path)) == 3
 
 
+def test_reset_on_every_try_gives_the_envelope_with_its_attempts(
+    mend: MendProcess, upstream: str
+) -> None:
+    """A GET reset on every try: 3 requests upstream, then the envelope says it may have been
+    applied, may be sent again, and was tried 3 times."""
+    path = unique("fast")
+    script(upstream, path, 99, "reset")
+    error = envelope(send(mend, "GET", path))
+    assert (error["applied"], error["retryable"]) == ("unknown", True), error
+    assert error["attempts"]["count"] == 3
+    assert len(hits(upstream, path)) == 3
+
+
 def test_retried_success_passes_untouched_without_a_count_header(
     mend: MendProcess, upstream: str
 ) -> None:
@@ -455,14 +488,19 @@ def test_retried_success_passes_untouched_without_a_count_header(
 
 
 def test_attempt_count_header_when_turned_on(mend: MendProcess, upstream: str) -> None:
-    """With ``attempt_count_header: true``, a 200 after two 503s carries X-Mend-Attempt-Count: 3
-    and a first-try success X-Mend-Attempt-Count: 1."""
+    """With ``attempt_count_header: true``, a 200 after two 503s carries X-Mend-Attempt-Count: 3,
+    a first-try success X-Mend-Attempt-Count: 1, and the envelope after 3 failed tries 3."""
     retried, first = unique("counted"), unique("counted")
     script(upstream, retried, 2, "503")
     response = send(mend, "GET", retried)
     assert response.status_code == 200
     assert response.headers["X-Mend-Attempt-Count"] == "3"
     assert send(mend, "GET", first).headers["X-Mend-Attempt-Count"] == "1"
+    failing = unique("counted")
+    script(upstream, failing, 99, "503")
+    used_up = send(mend, "GET", failing)
+    assert used_up.status_code == 503
+    assert used_up.headers["X-Mend-Attempt-Count"] == "3"
 
 
 def test_retries_are_counted_in_the_metrics(mend: MendProcess, upstream: str) -> None:
@@ -541,6 +579,7 @@ def test_the_deadline_bounds_all_tries(mend: MendProcess, upstream: str) -> None
     gets UPSTREAM_TIMEOUT with the attempts made, well within a few deadlines."""
     path = unique("deadline")
     script(upstream, path, 99, "hang")
+    declined = counter(mend, "mend_retries_declined_total", route="deadline", why="deadline")
     started = time.monotonic()
     response = send(mend, "GET", path)
     took = time.monotonic() - started
@@ -550,6 +589,8 @@ def test_the_deadline_bounds_all_tries(mend: MendProcess, upstream: str) -> None
     assert 2 <= tries <= 3
     assert error["attempts"]["count"] == tries
     assert took < SHORT_DEADLINE + 2.0
+    after = counter(mend, "mend_retries_declined_total", route="deadline", why="deadline")
+    assert after == declined + 1
 
 
 def test_websocket_upgrade_is_never_retried(mend: MendProcess, upstream: str) -> None:

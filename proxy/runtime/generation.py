@@ -23,6 +23,7 @@ from structlog.typing import FilteringBoundLogger
 from yarl import URL
 
 from proxy.config.choices import ProtocolName
+from proxy.config.retries import Retries
 from proxy.config.route import Route, below
 from proxy.config.settings import Settings
 from proxy.edge.forward import Upstreams
@@ -49,6 +50,10 @@ class RouteRuntime:
     hosts: Hosts
     #: the paths of protected-resource metadata this route's challenges named
     metadata: NamedPaths
+    #: the route's retry policy (its own, else the top level's), ``None`` when it is off
+    retries: Retries | None
+    #: each try's timeouts under it: the head within ``per_try_timeout`` (docs/retries.md)
+    try_timeout: Timeouts
 
     @classmethod
     def of(cls, route: Route, settings: Settings) -> RouteRuntime:
@@ -59,8 +64,19 @@ class RouteRuntime:
         redirects = UpstreamOrigin.of(route.upstream) if route.rewrite_redirects else None
         origin = Origin.parse(route.upstream)
         hosts = route_hosts(settings, route)
+        retries = route.retries or settings.retries
+        per_try = min(retries.per_try_timeout or route.read_timeout, route.read_timeout)
         return cls(
-            route, origin, host, timeout, redirects, below(route.prefix), hosts, NamedPaths()
+            route,
+            origin,
+            host,
+            timeout,
+            redirects,
+            below(route.prefix),
+            hosts,
+            NamedPaths(),
+            retries if retries.enabled else None,
+            Timeouts(connect=route.connect_timeout, read=per_try),
         )
 
 

@@ -138,14 +138,11 @@ class Retrier:
         """Every try of ``flow``'s request, until one is answered."""
         runtime = flow.runtime
         assert runtime is not None
-        route = runtime.route
-        policy = route.retries or flow.generation.settings.retries
-        if not policy.enabled or "Upgrade" in flow.request.headers:  # a tunnel is never resent
+        policy, route = runtime.retries, runtime.route
+        if policy is None or "Upgrade" in flow.request.headers:  # a tunnel is never resent
             await attempt(flow, body)
             return
-        read = min(policy.per_try_timeout or route.read_timeout, route.read_timeout)
-        began = time.perf_counter()
-        timeouts = Timeouts(runtime.timeout.connect, read)
+        began, timeouts = time.perf_counter(), runtime.try_timeout
         flow.tries = Tries(policy, began, timeouts, began + route.read_timeout)
         flow.timeouts = timeouts
         kept = KeptBody(body, policy.body_max_bytes) if body is not None else None

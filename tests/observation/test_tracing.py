@@ -197,7 +197,9 @@ async def test_an_unreachable_upstream_is_an_error_span_with_mends_code(
 ) -> None:
     """Nothing listening upstream: the server span carries UPSTREAM_UNREACHABLE, the client
     span the connection error."""
-    traced = await start_traced(f"http://127.0.0.1:{free_port()}")
+    traced = await start_traced(
+        f"http://127.0.0.1:{free_port()}", route={"retries": {"attempts": 1}}
+    )
     response = await traced.mend.client.get("/x")
     code = (await response.json())["error"]["code"]
     await traced.receiver.wait(2)
@@ -206,6 +208,29 @@ async def test_an_unreachable_upstream_is_an_error_span_with_mends_code(
     assert code == "UPSTREAM_UNREACHABLE"
     assert client.status == ERROR
     assert "Connect" in client.attributes["error.type"]
+
+
+async def test_each_try_of_a_retried_request_is_a_client_span(
+    start_upstream: StartUpstream, start_traced: StartTraced
+) -> None:
+    """A 503 sent again (docs/retries.md) is two CLIENT spans under the one SERVER span; the
+    second carries OpenTelemetry's ``http.request.resend_count``, and the request succeeds."""
+    answers = iter([503])
+
+    async def flaky(_: web.Request) -> web.Response:
+        status = next(answers, 200)
+        return web.json_response({"ok": status == 200}, status=status)
+
+    traced = await start_traced(await start_upstream({"GET /flaky": flaky}))
+    response = await traced.mend.client.get("/flaky")
+    assert response.status == 200
+    await traced.receiver.wait(3)
+    server = traced.receiver.one(SERVER)
+    clients = [span for span in traced.receiver.spans if span.kind == CLIENT]
+    assert [c.attributes["http.response.status_code"] for c in clients] == [503, 200]
+    assert {c.parent_id for c in clients} == {server.span_id}
+    assert "http.request.resend_count" not in clients[0].attributes
+    assert clients[1].attributes["http.request.resend_count"] == 1
 
 
 async def test_a_long_path_is_cut_in_the_span(

@@ -7,8 +7,9 @@
   ``{"ok": true, "method": ..., "path": ...}`` (header ``X-Upstream: retry-upstream``); every
   answer, failed or not, waits ``D`` ms first. ``WHAT`` is a status (``"503"``, ``"429"``,
   ``"502"``...), a status with a stated wait in seconds (``"429-after:0.2"``: ``Retry-After-Ms``
-  and ``Retry-After``; ``"503-after:30"``), ``"reset"`` (the whole request read, then the
-  connection aborted with no answer), ``"hang"`` (the request read, then no answer for 30 s) or
+  and ``Retry-After``; ``"503-after:30"``; ``"429-reset:1"``: ``RateLimit-Reset``;
+  ``"429-body:0.3"``: ``retry_after_ms`` in its JSON body), ``"reset"`` (the whole request
+  read, then the connection aborted with no answer), ``"hang"`` (the request read, then no answer for 30 s) or
   ``"cut"`` (a 200 head promising 1000 bytes, 100 of them, then the connection aborted).
   ``"answers": [WHAT, ...]`` in place of ``fail`` and ``with`` scripts each request in turn
   (``"200"`` for a success). Scripting a path forgets what it saw.
@@ -65,15 +66,21 @@ async def show_hits(request: web.Request) -> web.Response:
 
 
 def _failure(kind: str) -> web.Response:
-    """A status answer: ``"503"``, or ``"429-after:0.2"`` with the wait it states."""
-    status, _, after = kind.partition("-after:")
-    headers = {}
-    if after:
-        seconds = float(after)
-        headers["Retry-After-Ms"] = str(round(seconds * 1000))
-        headers["Retry-After"] = str(math.ceil(seconds))
-    body = {"error": {"message": "the service is overloaded, come back later"}}
-    return web.json_response(body, status=int(status), headers=headers)
+    """A status answer: ``"503"``; or with the wait it states, in seconds: ``"429-after:0.2"``
+    (``Retry-After-Ms`` and ``Retry-After``), ``"429-reset:1"`` (``RateLimit-Reset``),
+    ``"429-body:0.3"`` (``retry_after_ms`` in the JSON body)."""
+    status, _, stated = kind.partition("-")
+    how, _, wait = stated.partition(":")
+    headers: dict[str, str] = {}
+    error: dict[str, Any] = {"message": "the service is overloaded, come back later"}
+    if how == "after":
+        headers["Retry-After-Ms"] = str(round(float(wait) * 1000))
+        headers["Retry-After"] = str(math.ceil(float(wait)))
+    elif how == "reset":
+        headers["RateLimit-Reset"] = wait
+    elif how == "body":
+        error["retry_after_ms"] = round(float(wait) * 1000)
+    return web.json_response({"error": error}, status=int(status), headers=headers)
 
 
 async def echo_socket(request: web.Request) -> web.StreamResponse:

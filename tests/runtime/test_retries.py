@@ -206,6 +206,20 @@ def test_short_retry_after_on_a_503_is_waited_then_retried(
     assert second["t0"] - first["t1"] >= 0.2 * 0.9
 
 
+@pytest.mark.parametrize(("stated", "wait_s"), [("429-reset:1", 1.0), ("429-body:0.3", 0.3)])
+def test_a_wait_stated_by_a_rate_limit_reset_or_the_body_is_waited(
+    mend: MendProcess, upstream: str, stated: str, wait_s: float
+) -> None:
+    """A 429 whose wait is stated by ``RateLimit-Reset: 1`` or by ``retry_after_ms`` in its
+    body (both within retry_after_max_ms): mend waits it before the second try."""
+    path = unique("fast")
+    script(upstream, path, 1, stated)
+    response = send(mend, "GET", path)
+    assert response.status_code == 200, response.text
+    first, second = hits(upstream, path)
+    assert second["t0"] - first["t1"] >= wait_s * 0.9
+
+
 @pytest.mark.parametrize("status", ["503", "429"])
 def test_long_retry_after_is_answered_at_once_with_its_wait(
     mend: MendProcess, upstream: str, status: str

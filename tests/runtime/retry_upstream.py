@@ -9,8 +9,9 @@
   ``"502"``...), a status with a stated wait in seconds (``"429-after:0.2"``: ``Retry-After-Ms``
   and ``Retry-After``; ``"503-after:30"``; ``"429-reset:1"``: ``RateLimit-Reset``;
   ``"429-body:0.3"``: ``retry_after_ms`` in its JSON body), ``"reset"`` (the whole request
-  read, then the connection aborted with no answer), ``"hang"`` (the request read, then no answer for 30 s) or
-  ``"cut"`` (a 200 head promising 1000 bytes, 100 of them, then the connection aborted).
+  read, then the connection aborted with no answer), ``"hang"`` (the request read, then no
+  answer for 30 s) or ``"cut"`` (a 200 head promising 1000 bytes, 100 of them, then the
+  connection aborted).
   ``"answers": [WHAT, ...]`` in place of ``fail`` and ``with`` scripts each request in turn
   (``"200"`` for a success). Scripting a path forgets what it saw.
 - ``GET /_hits?path=/x``: ``{"hits": [...]}``, every request of ``/x`` in arrival order:

@@ -16,9 +16,9 @@
   (``"200"`` for a success). Scripting a path forgets what it saw.
 - ``GET /_hits?path=/x``: ``{"hits": [...]}``, every request of ``/x`` in arrival order:
   ``method``, ``idempotency_key``, ``body`` (text), ``seq`` (the ``X-Test-Seq`` header),
-  ``t0`` and ``t1`` (this process's monotonic seconds when it arrived and when it was
-  answered; ``t1`` null until then) and ``answer`` (what it got: ``"200"``, ``"503"``, ...).
-- ``GET /ws/...`` with ``Upgrade: websocket`` and no failure scripted: a WebSocket that echoes.
+  ``t0`` and ``t1`` (this process's monotonic seconds when its body had been read and when it
+  was answered; ``t1`` null until then) and ``answer`` (what it got: ``"200"``, ``"503"``, ...).
+- a request with ``Upgrade: websocket`` whose turn is a success: a WebSocket that echoes.
 
 An unscripted path is answered 200 at once. ``script``, ``hits`` and ``counter`` are the tests'
 side: scripting it, reading what it saw, and reading mend's counters.

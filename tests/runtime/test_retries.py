@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 from mcp import Client
@@ -642,6 +643,18 @@ def test_websocket_upgrade_is_never_retried(mend: MendProcess, upstream: str) ->
     assert status_of(response) == 503
     assert body_of(response)["error"]["upstream_status"] == 503
     assert len(hits(upstream, path)) == 1
+
+
+async def test_websocket_passes_on_a_route_that_retries(mend: MendProcess, upstream: str) -> None:
+    """With a retry policy on the route, a WebSocket still opens through mend and echoes."""
+    path = unique("fast")
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(f"http://127.0.0.1:{mend.port}{path}") as socket,
+    ):
+        await socket.send_str("ping")
+        assert (await socket.receive(timeout=10)).data == "ping"
+    assert [h["answer"] for h in hits(upstream, path)] == ["101"]
 
 
 # -- MCP -------------------------------------------------------------------------------------

@@ -339,11 +339,6 @@ def test_timeout_is_not_retried_unless_retry_on_names_it(mend: MendProcess, upst
     assert len(hits(upstream, path)) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="mend bug (41-tests report): a POST without a key answered 502/504 is sent again, "
-    "since its envelope calls it retryable; the spec retries 502/504 only when safe to repeat",
-)
 @pytest.mark.parametrize("status", ["502", "504"])
 def test_gateway_errors_are_retried_only_for_idempotent_requests(
     mend: MendProcess, upstream: str, status: str
@@ -589,11 +584,6 @@ def test_top_level_policy_is_the_default_of_a_route_without_one(
     assert len(hits(upstream, path)) == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="mend bug (41-tests report): a status retry (Retrier.absorb) ignores body_max_bytes "
-    "and sends the retry without the body (the upstream waits for it: 504 UPSTREAM_TIMEOUT)",
-)
 def test_body_over_body_max_bytes_is_not_retried(mend: MendProcess, upstream: str) -> None:
     """``body_max_bytes: 16``: a PUT of a longer body answered 503 is not sent again (mend did
     not keep it) and the upstream got it whole; a PUT within the cap is retried."""
@@ -745,11 +735,6 @@ def circuit_mend(tmp_path_factory: pytest.TempPathFactory, upstream: str) -> Ite
         yield running
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="mend bug (41-tests report): the circuit is looked at when a retry is decided, "
-    "before its wait, not when it is sent; a circuit opened during the wait lets it through",
-)
 def test_a_circuit_opened_during_the_wait_stops_the_retry(
     circuit_mend: MendProcess, upstream: str
 ) -> None:

@@ -52,6 +52,7 @@ SHOWN_HEADERS = (
     "WWW-Authenticate",
     "X-Error-Code",
     "X-Request-ID",
+    "X-Mend-Attempt-Count",
 )
 
 
@@ -74,7 +75,11 @@ SHOWCASES = (
         "DRF 400: the API says the choice is invalid; its OpenAPI document says which are valid",
         Call("POST", "/api/drf/orders", {"sku": "widget-1", "quantity": 1}),
     ),
-    Showcase("nginx 503: an HTML page from the load balancer", Call("GET", "/api/catalog")),
+    Showcase(
+        "nginx 503: an HTML page from the load balancer; mend sends the GET again (its retries,"
+        " docs/retries.md) and the agent gets the 200",
+        Call("GET", "/api/catalog"),
+    ),
     Showcase(
         "409 from the API's own business rule, explained by demo/rules.yaml",
         Call("POST", "/api/orders/17/ship"),
@@ -115,6 +120,9 @@ def write_config(directory: Path, *, api_url: str, listen: str, admin_listen: st
         "admin_listen": admin_listen,
         "rules": [],
         "retry_after_default_ms": 1000,
+        # the default policy (two tries on a refused connection, a reset, 503, 429), with the
+        # tries made shown in X-Mend-Attempt-Count
+        "retries": {"attempt_count_header": True},
         "routes": [
             {
                 "name": "legacy",

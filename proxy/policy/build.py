@@ -21,7 +21,14 @@ from proxy.policy.compiled_envelope import DEFAULT_ACTION, CompiledEnvelope
 from proxy.policy.envelope import Action, Category, Envelope, InvalidField, made, revised
 from proxy.policy.exchange import Exchange
 from proxy.policy.regex import linear
-from proxy.policy.resend import KEY_SENTENCE, Resend, check_first, keyed_steps, resend
+from proxy.policy.resend import (
+    AMBIGUOUS_STATUSES,
+    KEY_SENTENCE,
+    Resend,
+    check_first,
+    keyed_steps,
+    resend,
+)
 from proxy.policy.retry import clamp, retry_after_ms
 from proxy.policy.scrubber import recalled
 from proxy.policy.stated_wait import stated_wait_ms
@@ -53,8 +60,6 @@ UNSAID_HINT = (
     "Check the fields, types and allowed values the API documents for {op} (it did not say what "
     "is wrong), correct the request, then send it again."
 )
-#: An upstream's gateway answered that it got no answer: the request may have taken effect.
-_AMBIGUOUS_STATUSES = frozenset({502, 504})
 _WARN = (
     "The first attempt may already have taken effect: check its outcome before sending it again."
 )
@@ -93,7 +98,7 @@ def _retry(
     unknown = exchange.applied == "unknown" or compiled.spec.applied == "unknown"
     again = (
         resend(exchange.method, exchange.request_headers, exchange.retry_safe)
-        if retryable and (unknown or exchange.status in _AMBIGUOUS_STATUSES)
+        if retryable and (unknown or exchange.status in AMBIGUOUS_STATUSES)
         else Resend.SAFE
     )
     if again is Resend.UNSAFE and unknown:

@@ -114,6 +114,14 @@ _REPORT_LINE = "No. The API or the proxy is at fault; report it with the request
 
 
 def _retry_line(envelope: Envelope, style: _Style) -> str:
+    line = _retry_advice(envelope, style)
+    tried = envelope.attempts
+    if tried is None:
+        return line
+    return f"{line} (mend already sent it {tried.count} times over {tried.elapsed_ms} ms.)"
+
+
+def _retry_advice(envelope: Envelope, style: _Style) -> str:
     action = envelope.action
     if envelope.applied == "unknown" and action is not Action.RETRY:
         return "Not yet: the request may already have taken effect; check first (see below)."

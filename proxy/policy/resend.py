@@ -19,6 +19,8 @@ from enum import Enum
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"})
 #: draft-ietf-httpapi-idempotency-key-header
 KEY_HEADER = "Idempotency-Key"
+#: An upstream's gateway answered that it got no answer: the request may have taken effect.
+AMBIGUOUS_STATUSES = frozenset({502, 504})
 
 
 class Resend(Enum):

@@ -34,6 +34,7 @@ from proxy.edge.upstream.errors import Disconnected
 from proxy.observation.metrics import Metrics
 from proxy.policy.evaluate import Answer
 from proxy.policy.exchange import Exchange
+from proxy.policy.resend import AMBIGUOUS_STATUSES, Resend, resend
 from proxy.policy.retry import retry_after_ms
 from proxy.policy.stated_wait import stated_wait_ms
 from proxy.runtime.circuit_gate import CircuitGate
@@ -73,6 +74,8 @@ class Tries:
     timeouts: Timeouts
     #: no try waits past this (``read_timeout`` from the first try: the route's deadline)
     deadline: float
+    #: the request body, kept for every try (``None``: the request has none)
+    kept: KeptBody | None = None
     #: tries made so far, this one included
     count: int = 1
     #: why each retry was made, in order
@@ -143,34 +146,33 @@ class Retrier:
             await attempt(flow, body)
             return
         began, timeouts = time.perf_counter(), runtime.try_timeout
-        flow.tries = Tries(policy, began, timeouts, began + route.read_timeout)
-        flow.timeouts = timeouts
         kept = KeptBody(body, policy.body_max_bytes) if body is not None else None
+        flow.tries = Tries(policy, began, timeouts, began + route.read_timeout, kept)
+        flow.timeouts = timeouts
         self.budget.enter(route.name)
         try:
-            await self._tries(flow, flow.tries, attempt, kept)
+            await self._tries(flow, flow.tries, attempt)
         finally:
             self.budget.leave(route.name)
 
-    async def _tries(
-        self, flow: Flow, tries: Tries, attempt: Attempt, kept: KeptBody | None
-    ) -> None:
+    async def _tries(self, flow: Flow, tries: Tries, attempt: Attempt) -> None:
         """Try, and try again while the policy says so; ``retry`` is the retry under way (its
         place in the budget given back once it ended)."""
-        route = flow.exchange.route
+        route, kept = flow.exchange.route, tries.kept
         retry: Retry | None = None
         while True:
             try:
                 if retry is not None:
                     await asyncio.sleep(retry.wait_s)
-                    tries.count += 1
                     flow.again(tries.timeout())
+                    await self._still_closed(flow, retry)
+                    tries.count += 1
                 try:
                     await attempt(flow, kept.send() if kept is not None else None)
                 except Again as again:
                     following = again.retry
                 except ProxyFailure as failure:
-                    decided = await self._failed(flow, tries, failure, kept)
+                    decided = await self._failed(flow, tries, failure)
                     if decided is None:
                         self._ended(route, retry, "failed")
                         raise
@@ -183,6 +185,15 @@ class Retrier:
                 if retry is not None:
                     self.budget.give(route)
             retry = following
+
+    async def _still_closed(self, flow: Flow, retry: Retry) -> None:
+        """``CircuitOpen`` (answered as the circuit's) when another request opened the
+        operation's circuit while this one waited to be tried again: the retry is not sent."""
+        route = flow.route
+        if flow.operation is None or route is None or not await self.gate.open(flow):
+            return
+        self.metrics.retries_declined.labels(route.name, retry.reason, "circuit").inc()
+        await self.gate.closed(flow, route)
 
     def _ended(self, route: str, retry: Retry | None, outcome: str) -> None:
         """A retry ended: counted by why it was made and how it ended."""
@@ -199,14 +210,15 @@ class Retrier:
             return
         envelopes = [evaluation.envelope for evaluation in answer.evaluations]
         retryable = bool(envelopes) and all(envelope.retryable for envelope in envelopes)
+        if status in AMBIGUOUS_STATUSES:  # the gateway got no answer: it may have taken effect
+            safe = resend(exchange.method, exchange.request_headers, exchange.retry_safe)
+            retryable = retryable and safe is not Resend.UNSAFE
         stated = _stated(exchange, [e.retry_after_ms or 0 for e in envelopes], flow)
-        retry = await self._decide(flow, tries, f"status_{status}", retryable, stated, None)
+        retry = await self._decide(flow, tries, f"status_{status}", retryable, stated)
         if retry is not None:
             raise Again(retry)
 
-    async def _failed(
-        self, flow: Flow, tries: Tries, failure: ProxyFailure, kept: KeptBody | None
-    ) -> Retry | None:
+    async def _failed(self, flow: Flow, tries: Tries, failure: ProxyFailure) -> Retry | None:
         """The retry after mend's own failure, or ``None``: answer it. A response the agent
         has begun to receive is never sent again."""
         outcome = _outcome(failure)
@@ -216,7 +228,7 @@ class Retrier:
             return None
         reason = outcome.replace("-", "_")
         envelope = self.own.evaluation(flow, flow.exchange, failure).envelope
-        return await self._decide(flow, tries, reason, envelope.retryable, None, kept)
+        return await self._decide(flow, tries, reason, envelope.retryable, None)
 
     async def _decide(
         self,
@@ -225,10 +237,9 @@ class Retrier:
         reason: str,
         retryable: bool,
         stated_ms: int | None,
-        kept: KeptBody | None,
     ) -> Retry | None:
         """The next try, or ``None`` with why it is not made (counted)."""
-        policy, route = tries.policy, flow.exchange.route
+        policy, route, kept = tries.policy, flow.exchange.route, tries.kept
         if stated_ms is None:
             wait = back_off_s(policy.back_off, tries.count - 1, self.jitter())
         else:

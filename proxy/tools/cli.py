@@ -73,6 +73,13 @@ def _run_flags(run: argparse.ArgumentParser) -> None:
         help="serve the --openapi document's operations as MCP tools at PATH (e.g. /mcp)",
     )
     run.add_argument(
+        "--retries",
+        type=int,
+        metavar="N",
+        help="tries in all of a request whose failure may be retried (default 2; 1: no "
+        "retries; with --upstream; docs/retries.md)",
+    )
+    run.add_argument(
         "--workers", type=int, help="processes sharing the agent port (SO_REUSEPORT); default 1"
     )
     run.add_argument(

@@ -67,6 +67,7 @@ def _settings_from_args(args: argparse.Namespace) -> tuple[Settings, ConfigSourc
             **_openapi_flags(args),
             **({"read_timeout": args.read_timeout} if args.read_timeout else {}),
             **({"connect_timeout": args.connect_timeout} if args.connect_timeout else {}),
+            **({"retries": {"attempts": args.retries}} if args.retries is not None else {}),
             **_host_flags(args),
         }
         settings = single_upstream(route, args.rules or [], overrides)
@@ -85,6 +86,7 @@ _SINGLE_ROUTE_FLAGS = {
     "protocol": "--protocol",
     "read_timeout": "--read-timeout",
     "connect_timeout": "--connect-timeout",
+    "retries": "--retries",
     "openapi": "--openapi",
     "validate_requests": "--validate-requests",
     "allowed_host": "--allowed-host",
@@ -104,7 +106,11 @@ def _host_flags(args: argparse.Namespace) -> dict[str, object]:
 
 def _single_route_flags_unused(args: argparse.Namespace) -> None:
     """With ``--config``, a single-route flag would be silently ignored: refuse it instead."""
-    given = [flag for key, flag in _SINGLE_ROUTE_FLAGS.items() if getattr(args, key, None)]
+    given = [
+        flag
+        for key, flag in _SINGLE_ROUTE_FLAGS.items()
+        if getattr(args, key, None) not in (None, False, [])
+    ]
     if given:
         raise StartupError(
             f"{given[0]}: not with --config; set it on the config's route "
@@ -139,6 +145,8 @@ _FLAGS = {
     "admin_listen": "--admin-listen",
     "read_timeout": "--read-timeout",
     "connect_timeout": "--connect-timeout",
+    "retries": "--retries",
+    "attempts": "--retries",
     "workers": "--workers",
     "log_level": "--log-level",
     "rules": "--rules",

@@ -311,9 +311,9 @@ def test_json_is_the_contract_document(envelope: Envelope) -> None:
     """The default rendering is {"error": {...}} with every field in contract order."""
     document = _json_rendering(envelope)
     assert document == envelope_body(envelope)
-    # the cross-call fields (docs/contract.md §7) are absent until a session repeats itself, and
-    # applied (§1) when the upstream answered
-    absent = {"repeat", "session_patterns", "applied"}
+    # the cross-call fields (docs/contract.md §7) are absent until a session repeats itself,
+    # attempts (§1) unless a retry policy tried more than once, applied when the upstream answered
+    absent = {"repeat", "session_patterns", "attempts", "applied"}
     assert list(document["error"]) == [f for f in Envelope.model_fields if f not in absent]
 
 
@@ -736,8 +736,9 @@ def test_cross_call_fields_follow_in_contract_order_when_known() -> None:
         }
     )
     document = _json_rendering(envelope)
-    # applied (§1) is absent: the upstream answered
-    assert list(document["error"]) == [f for f in Envelope.model_fields if f != "applied"]
+    # attempts and applied (§1) are absent: one try, and the upstream answered
+    absent = {"attempts", "applied"}
+    assert list(document["error"]) == [f for f in Envelope.model_fields if f not in absent]
     assert document["error"]["repeat"]["count"] == 2
     assert document["error"]["session_patterns"][0]["category"] == "auth"
 
@@ -777,3 +778,17 @@ def test_an_exclusive_bound_is_said_in_words() -> None:
     """``exclusiveMinimum: 0`` reads "greater than 0" in the plan, not the keyword."""
     assert prose._expected({"exclusiveMinimum": 0}) == "greater than 0"
     assert prose._expected({"minimum": 1, "exclusiveMaximum": 9}) == "minimum 1, less than 9"
+
+
+@pytest.mark.parametrize("rendering", [Rendering.TEXT, Rendering.MARKDOWN])
+def test_prose_says_how_often_mend_already_tried(rendering: Rendering) -> None:
+    """After a retry policy's tries all failed (docs/retries.md), the Retry line says so, and
+    the JSON line carries ``attempts``: the model does not take it for a first failure."""
+    from proxy.policy.envelope import Attempts  # noqa: PLC0415
+
+    envelope = RATE_LIMITED.model_copy(update={"attempts": Attempts(count=3, elapsed_ms=412)})
+    lines, _ = _prose_parts(_body(envelope, rendering))
+    retry = next(line for line in lines if "Retry:" in line)
+    assert "mend already sent it 3 times over 412 ms" in retry
+    document = json.loads(_body(envelope, rendering).splitlines()[-1])
+    assert document["error"]["attempts"] == {"count": 3, "elapsed_ms": 412}

@@ -227,9 +227,15 @@ async def test_connect_timeout_was_not_applied(start_mend: StartMend) -> None:
 
 
 async def test_reset_get_reaches_the_upstream_once(start_mend: StartMend) -> None:
-    """A GET the upstream read and then reset is not sent again by mend behind the agent's back."""
+    """With retries off, a GET the upstream read and then reset is not sent again behind the
+    agent's back: no hidden retry in the upstream client (the policy's are counted, and said in
+    ``attempts``: docs/retries.md)."""
     async with _upstream("reset") as (url, raw):
-        mend = await _start(start_mend, url)
+        mend = await start_mend(
+            url,
+            route={"read_timeout": READ_TIMEOUT, "connect_timeout": 0.5},
+            retries={"attempts": 1},
+        )
         async with asyncio.timeout(10):
             response = await mend.client.get("/orders/7")  # no body: aiohttp's client re-sent it
         assert response.headers["X-Error-Code"] == "UPSTREAM_PROTOCOL_ERROR"

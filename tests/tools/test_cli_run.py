@@ -202,3 +202,42 @@ def test_no_watch_turns_the_file_watcher_off(tmp_path: Path, form: str) -> None:
     for flags, watching in (([], True), (["--no-watch"], False)):
         settings, _ = _settings_from_args(_parser().parse_args(["run", *given, *flags]))
         assert settings.watch_rules is watching
+
+
+@pytest.mark.parametrize(
+    ("flags", "attempts"), [([], 2), (["--retries", "1"], 1), (["--retries", "4"], 4)]
+)
+def test_retries_flag_sets_the_route_s_tries(flags: list[str], attempts: int) -> None:
+    """``--retries N`` is the single route's ``retries: {attempts: N}`` (docs/retries.md); 1 turns
+    retries off, and without the flag the top-level default stands."""
+    from proxy.tools.cli import _parser  # noqa: PLC0415 (private helpers)
+    from proxy.tools.run_command import _settings_from_args  # noqa: PLC0415
+
+    args = _parser().parse_args(["run", "--upstream", "http://127.0.0.1:1", *flags])
+    settings, _ = _settings_from_args(args)
+    route = settings.routes[0]
+    assert (route.retries or settings.retries).attempts == attempts
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (["--upstream", "http://127.0.0.1:1", "--retries", "0"], "--retries: Input should be"),
+        (["--config", "CONFIG", "--retries", "3"], "--retries: not with --config"),
+    ],
+)
+def test_retries_flag_problems_are_named(tmp_path: Path, given: list[str], said: str) -> None:
+    """Out of range, or with ``--config`` (whose routes say their own), the flag is refused."""
+    config = tmp_path / "mend.yaml"
+    config.write_text("routes: [{name: a, upstream: 'http://127.0.0.1:1'}]\n")
+    argv = [str(config) if part == "CONFIG" else part for part in given]
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "run", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode == 2
+    assert f"mend: error: {said}" in done.stderr

@@ -26,6 +26,10 @@ _NEVER = Blocked(0, "", 0, None)
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 
+#: one try per request (no retry policy, docs/retries.md): the circuit counts requests alone
+ONE_TRY = {"attempts": 1}
+
+
 async def _invalid(_: web.Request) -> web.Response:
     return web.json_response(FASTAPI_422, status=422)
 
@@ -257,7 +261,9 @@ async def test_circuit_opens_answers_at_once_and_closes_after_a_probe(
         return web.json_response({"error": "down"}, status=503)
 
     mend = await start_mend(
-        await start_upstream({"/api/x": flaky}), circuit={"failures": 3, "open_s": 0.5}
+        await start_upstream({"/api/x": flaky}),
+        retries=ONE_TRY,
+        circuit={"failures": 3, "open_s": 0.5},
     )
     for _ in range(3):
         await mend.client.get("/api/x")
@@ -284,7 +290,7 @@ async def test_circuit_opens_answers_at_once_and_closes_after_a_probe(
 async def test_circuit_failed_probe_opens_again(start_mend: StartMend) -> None:
     """An unreachable upstream: open after 2 failures; the probe fails too: open again."""
     mend = await start_mend(
-        f"http://127.0.0.1:{free_port()}", circuit={"failures": 2, "open_s": 0.3}
+        f"http://127.0.0.1:{free_port()}", retries=ONE_TRY, circuit={"failures": 2, "open_s": 0.3}
     )
     rules = [(await (await mend.client.get("/x")).json())["error"]["rule"] for _ in range(3)]
     assert rules == [
@@ -310,7 +316,9 @@ async def test_a_success_resets_the_count(
     async def varied(_: web.Request) -> web.Response:
         return web.json_response({}, status=next(statuses))
 
-    mend = await start_mend(await start_upstream({"/x": varied}), circuit={"failures": 3})
+    mend = await start_mend(
+        await start_upstream({"/x": varied}), retries=ONE_TRY, circuit={"failures": 3}
+    )
     seen = [(await mend.client.get("/x")).status for _ in range(6)]
     assert seen == [503, 503, 200, 503, 503, 200]
 
@@ -336,7 +344,7 @@ async def test_circuit_covers_one_operation(
     upstream = await start_upstream(
         {"GET /items/{id}": down, "POST /items/{id}": _ok, "/items": _ok}
     )
-    mend = await start_mend(upstream, circuit={"failures": 2, "open_s": 30})
+    mend = await start_mend(upstream, retries=ONE_TRY, circuit={"failures": 2, "open_s": 30})
     for _ in range(2):
         await mend.client.get("/items/7")
     blocked = await mend.client.get("/items/8")
@@ -351,7 +359,9 @@ async def test_4xx_never_opens_a_circuit(
 ) -> None:
     """Ten 429s and 404s in a row are the request's fault: every one reaches the upstream."""
     mend = await start_mend(
-        await start_upstream({"/x": _limited}), circuit={"failures": 2, "statuses": [503]}
+        await start_upstream({"/x": _limited}),
+        retries=ONE_TRY,
+        circuit={"failures": 2, "statuses": [503]},
     )
     rules = {(await (await mend.client.get("/x")).json())["error"]["rule"] for _ in range(10)}
     assert "proxy.upstream_unavailable" not in rules
@@ -366,7 +376,7 @@ async def test_open_circuit_honours_a_longer_retry_after(
         return web.Response(status=503, text="busy", headers={"Retry-After": "120"})
 
     mend = await start_mend(
-        await start_upstream({"/x": busy}), circuit={"failures": 1, "open_s": 1}
+        await start_upstream({"/x": busy}), retries=ONE_TRY, circuit={"failures": 1, "open_s": 1}
     )
     await mend.client.get("/x")
     resp = await mend.client.get("/x")
@@ -404,6 +414,7 @@ def test_config_accepts_the_three_blocks() -> None:
         routes=(Route(name="a", upstream="http://127.0.0.1:9"),),
         session={"escalate_after": 4, "secret": "x" * 16},
         state="redis://127.0.0.1:6379/2",
+        retries=ONE_TRY,
         circuit={"failures": 7},
     )
     assert settings.session.escalate_after == 4
@@ -483,7 +494,9 @@ async def test_a_tools_is_error_never_opens_a_circuit(
         result = {"content": [{"type": "text", "text": "disk full"}], "isError": True}
         return web.json_response({"jsonrpc": "2.0", "id": call["id"], "result": result})
 
-    mend = await start_mend(await start_upstream({"/mcp": tool}), circuit={"failures": 1})
+    mend = await start_mend(
+        await start_upstream({"/mcp": tool}), retries=ONE_TRY, circuit={"failures": 1}
+    )
     headers = {"Accept": "application/json", "MCP-Protocol-Version": "2025-06-18"}
     for call_id in range(1, 6):
         call = {
@@ -516,7 +529,9 @@ async def test_a_documented_operation_is_one_circuit(
         {"GET /api/v1/orders/latest": _ok, "GET /api/v1/orders/{id}": one}
     )
     url = str(upstream.make_url("/api/v1")).rstrip("/")
-    mend = await start_mend(url, route={"openapi": SPECS[0]}, circuit={"failures": 2})
+    mend = await start_mend(
+        url, route={"openapi": SPECS[0]}, retries=ONE_TRY, circuit={"failures": 2}
+    )
     for _ in range(2):
         await mend.client.get("/orders/abc")
     blocked = (await (await mend.client.get("/orders/xyz")).json())["error"]

@@ -27,6 +27,10 @@ SCRIPT_CALLS = frozenset(
 )
 
 
+#: one try per request (no retry policy, docs/retries.md): the circuit counts requests alone
+ONE_TRY = {"attempts": 1}
+
+
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     """A real redis-server on a free port, no persistence, stopped by its PID."""
@@ -120,6 +124,7 @@ async def test_circuit_opened_by_one_replica_is_seen_by_the_other(
         start_mend,
         await start_upstream({"/x": down}),
         redis_server,
+        retries=ONE_TRY,
         circuit={"failures": 3, "open_s": 30, "refresh_s": 0.1},
     )
     assert (await b.client.get("/x")).status == 503  # B's failure counts for every replica
@@ -154,7 +159,11 @@ async def test_a_success_costs_no_redis_command(
 
     upstream = await start_upstream({"/ok": ok, "/bad": _invalid})
     a, _ = await _replicas(
-        start_mend, upstream, redis_server, circuit={"failures": 5, "refresh_s": 60}
+        start_mend,
+        upstream,
+        redis_server,
+        retries=ONE_TRY,
+        circuit={"failures": 5, "refresh_s": 60},
     )
     client = aioredis.Redis.from_url(redis_server.url)
     try:

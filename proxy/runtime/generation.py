@@ -54,6 +54,8 @@ class RouteRuntime:
     retries: Retries | None
     #: each try's timeouts under it: the head within ``per_try_timeout`` (docs/retries.md)
     try_timeout: Timeouts
+    #: the statuses it retries
+    retry_statuses: frozenset[int]
 
     @classmethod
     def of(cls, route: Route, settings: Settings) -> RouteRuntime:
@@ -77,6 +79,7 @@ class RouteRuntime:
             NamedPaths(),
             retries if retries.enabled else None,
             Timeouts(connect=route.connect_timeout, read=per_try),
+            retries.statuses(),
         )
 
 

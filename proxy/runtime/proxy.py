@@ -321,7 +321,8 @@ class Proxy:
         answered = answer_exchange(ruleset, exchange, call, self.detector, redactor, options)
         if answered is None:
             return False
-        if flow.tries is not None:  # a failure the route's retries send again raises ``Again``
+        tries = flow.tries  # a failure the route's retries send again raises ``Again``
+        if tries is not None and exchange.status in tries.statuses:
             await self.retries.absorb(flow, exchange, answered)
         await envelope_steps.run(self.after_match, flow, exchange, answered)
         return True

@@ -74,6 +74,8 @@ class Tries:
     timeouts: Timeouts
     #: no try waits past this (``read_timeout`` from the first try: the route's deadline)
     deadline: float
+    #: the statuses the policy retries (``Retries.statuses``, made once per configuration)
+    statuses: frozenset[int]
     #: the request body, kept for every try (``None``: the request has none)
     kept: KeptBody | None = None
     #: tries made so far, this one included
@@ -146,7 +148,8 @@ class Retrier:
             return
         began, timeouts = time.perf_counter(), runtime.try_timeout
         kept = KeptBody(body, policy.body_max_bytes) if body is not None else None
-        tries = flow.tries = Tries(policy, began, timeouts, began + route.read_timeout, kept)
+        deadline, statuses = began + route.read_timeout, runtime.retry_statuses
+        tries = flow.tries = Tries(policy, began, timeouts, deadline, statuses, kept)
         flow.timeouts = timeouts
         budget, name = self.budget, route.name
         budget.enter(name)
@@ -209,9 +212,7 @@ class Retrier:
         """``Again`` when the try's answer is one the policy sends again: a status it names,
         every envelope retryable, the stated wait short enough; else the answer stands."""
         tries, status = flow.tries, exchange.status
-        if tries is None or status is None or tries.count >= tries.policy.attempts:
-            return
-        if status not in tries.policy.statuses():
+        if tries is None or status not in tries.statuses or tries.count >= tries.policy.attempts:
             return
         envelopes = [evaluation.envelope for evaluation in answer.evaluations]
         retryable = bool(envelopes) and all(envelope.retryable for envelope in envelopes)

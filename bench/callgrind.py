@@ -85,17 +85,27 @@ def _control(proc: Proc, *args: str) -> None:
         raise BenchError(f"callgrind_control {' '.join(args)} failed: {done.stderr or done.stdout}")
 
 
-def count(proc: Proc, out_file: Path, port: int, path: str, *, requests: int, warmup: int) -> int:
-    """Instructions the proxy spent on exactly ``requests`` requests for ``path``, after warm-up.
+def count(
+    proc: Proc,
+    out_file: Path,
+    port: int,
+    path: str,
+    *,
+    requests: int,
+    warmup: int,
+    connections: int = 4,
+) -> int:
+    """Instructions the proxy spent on exactly ``requests`` requests for ``path``, after warm-up,
+    over ``connections`` keep-alive connections.
 
     Counters are zeroed first and dumped after, so one proxy process serves every path.
     """
-    drive(port, path, warmup)
+    drive(port, path, warmup, connections)
     before = set(out_file.parent.glob(out_file.name + "*"))
     _control(proc, "--zero")
     _control(proc, "--instr=on")
     try:
-        drive(port, path, requests)
+        drive(port, path, requests, connections)
     finally:
         _control(proc, "--instr=off")
     _control(proc, "--dump")

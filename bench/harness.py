@@ -72,10 +72,17 @@ SECTIONS = (
     "reload",
     "workers",
     "instructions",
+    "retries",
 )
 RULE_SIZES = (10, 100, 1000)
 #: Requests counted per path under callgrind; /big moves 2 MiB each, slowly there.
 INSTRUCTION_REQUESTS = {"/big": 40}
+#: The retry policy's cost (issue 41): mend's settings by name, and the paths each is counted on.
+#: ``/flaky`` answers 503, then 200 (a retry that succeeds); ``/err503`` 503 every time.
+RETRY_CONFIGS: dict[str, tuple[dict[str, Any] | None, tuple[str, ...]]] = {
+    "retries on": (None, ("/ok", "/flaky", "/err503")),
+    "retries off": ({"attempts": 1}, ("/ok", "/err503")),
+}
 
 LOAD_CPU = "0"
 PROXY_CPU = "1"
@@ -175,10 +182,11 @@ class Harness:
                 cmd.append("--uvloop")
         elif name.startswith("mend"):
             admin = free_port()
+            # a --config file names its own upstream
+            source = [] if "--config" in extra else ["--upstream", self.upstream_url]
             cmd = [
                 *mend_cmd(self.opts.python),
-                "--upstream",
-                self.upstream_url,
+                *source,
                 "--listen",
                 f"127.0.0.1:{port}",
                 "--admin-listen",
@@ -571,6 +579,58 @@ class Harness:
             out["per_request"][name] = counts
         self.results["instructions"] = out
 
+    def section_retries(self) -> None:
+        """What the retry policy costs, by instructions under callgrind (issue 41): a success with
+        retries on (the default) and off (``attempts: 1``), a 503 retried into a 200 (``/flaky``),
+        a 503 on both tries, and a 503 answered at once. One connection, so that ``/flaky``'s
+        turns (503, 200, 503, ...) fall one pair to each request; mend's own counter says how
+        many retries the counted requests made."""
+        missing = callgrind.available()
+        if missing:
+            self.results["retries"] = {"available": False, "reason": missing}
+            return
+        out: dict[str, Any] = {"available": True, "per_request": {}, "retries_per_request": {}}
+        for name, (retries, paths) in RETRY_CONFIGS.items():
+            settings: dict[str, Any] = {
+                "routes": [{"name": "default", "prefix": "/", "upstream": self.upstream_url}]
+            }
+            if retries is not None:
+                settings["retries"] = retries
+            conf = self.tmp / f"mend-{name.replace(' ', '-')}.yaml"
+            conf.write_text(json.dumps(settings))  # JSON is YAML
+            cg_out = self.tmp / f"callgrind-{name.replace(' ', '-')}.out"
+            wrap = functools.partial(callgrind.wrap, out_file=cg_out)
+            server = self.start_config(
+                "mend", wrap=wrap, extra=["--config", str(conf), "--no-watch"]
+            )
+            counts: dict[str, float] = {}
+            made: dict[str, float] = {}
+            checks: dict[str, int] = {}
+            try:
+                for path in paths:
+                    # twice: /flaky's first answer may be its 200 half
+                    checks[path] = [http_get(server.port, path, timeout=60)[0] for _ in "12"][-1]
+                    n = INSTRUCTION_REQUESTS.get(path, 400)
+                    before = retries_made(server)
+                    total = callgrind.count(
+                        server.proc,
+                        cg_out,
+                        server.port,
+                        path,
+                        requests=n,
+                        warmup=n // 2,
+                        connections=1,
+                    )
+                    counts[path] = total / n
+                    # warm-up included: the counted requests retried as the warm-up's did
+                    made[path] = (retries_made(server) - before) / (n + n // 2)
+            finally:
+                self.stop(server)
+            out["per_request"][name] = counts
+            out["retries_per_request"][name] = made
+            out.setdefault("status", {})[name] = checks
+        self.results["retries"] = out
+
     # -- driver ----------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
@@ -591,6 +651,7 @@ class Harness:
             ("reload", True, self.section_reload),
             ("workers", True, self.section_workers),
             ("instructions", True, self.section_instructions),
+            ("retries", True, self.section_retries),
         ):
             if name not in opts.sections:
                 continue
@@ -635,6 +696,17 @@ class Harness:
 
 
 # -- helpers -------------------------------------------------------------------------------
+
+
+def retries_made(server: Server) -> float:
+    """``mend_retries_total`` summed over its labels, from mend's admin port."""
+    assert server.admin_port is not None
+    _, _, body = http_get(server.admin_port, "/metrics", timeout=60)
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in body.decode().splitlines()
+        if line.startswith("mend_retries_total{")
+    )
 
 
 def mend_cmd(python: str) -> list[str]:

@@ -269,6 +269,54 @@ def instructions_section(results: dict[str, Any]) -> list[str]:
     return out
 
 
+def retries_section(results: dict[str, Any]) -> list[str]:
+    """The retry policy's cost (issue 41): instructions per request with retries on and off."""
+    found = results.get("retries")
+    if not found:
+        return []
+    out = ["### Retries (instructions per request, callgrind, one connection)", ""]
+    if not found.get("available"):
+        return [*out, f"not available: {found.get('reason')}", ""]
+    per = found["per_request"]
+    made = found.get("retries_per_request") or {}
+    status = found.get("status") or {}
+    on, off = per.get("retries on") or {}, per.get("retries off") or {}
+
+    def k(value: float | None) -> str:
+        return f"{value / 1000:,.0f} k" if value else "—"
+
+    def delta(a: float | None, b: float | None) -> str:
+        if not a or not b:
+            return "—"
+        return f"{(a - b) / 1000:+,.0f} k ({(a - b) / b * 100:+.1f} %)"
+
+    rows = []
+    for path in sorted(set(on) | set(off), key=["/ok", "/flaky", "/err503"].index):
+        rows.append(
+            [
+                f"`{path}`",
+                k(on.get(path)),
+                f"{(made.get('retries on') or {}).get(path, 0):.2f}",
+                str((status.get("retries on") or {}).get(path, "—")),
+                k(off.get(path)),
+                str((status.get("retries off") or {}).get(path, "—")),
+                delta(on.get(path), off.get(path)),
+            ]
+        )
+    out += table(
+        ["path", "retries on", "retries / request", "status", "retries off", "status", "on - off"],
+        rows,
+    )
+    retried = delta(on.get("/flaky"), off.get("/err503"))
+    out += [
+        "",
+        "`/flaky` answers 503, then 200: with retries on every request is a 503 retried into a "
+        f"200; against `/err503` answered at once (retries off): {retried}.",
+        "",
+    ]
+    return out
+
+
 def targets(results: dict[str, Any]) -> list[list[str]]:
     """The issue's targets, each with the worst measured cell and a verdict."""
     rows: list[list[str]] = []
@@ -404,6 +452,7 @@ def render(results: dict[str, Any]) -> str:
     out += [*rules_section(results), ""]
     out += other_section(results)
     out += instructions_section(results)
+    out += retries_section(results)
     checks = results.get("checks") or {}
     codes = {
         f"{path} → {c['code']} ({c['rule']})"

@@ -52,6 +52,9 @@ ERR422_BODY = {
 
 ERR429_BODY = {"error": "rate limit exceeded", "limit": 100, "window": "1m"}
 
+# 503 with no Retry-After: an overloaded replica (``/err503``, and ``/flaky``'s first answer)
+ERR503_BODY = {"error": "service overloaded", "status": 503}
+
 _FRAMES = [
     "at org.postgresql.core.v3.QueryExecutorImpl.receiveErrorResponse(QueryExecutorImpl.java:2676)",
     "at org.postgresql.core.v3.QueryExecutorImpl.processResults(QueryExecutorImpl.java:2366)",
@@ -143,14 +146,24 @@ def write_upstream_config(tmp: Path, port: int) -> Path:
         # Sparse: 1 GiB of zeros costs no disk and nginx sends it with sendfile.
         with huge.open("wb") as f:
             f.truncate(HUGE_SIZE)
-    ok, e500, e422, e429, fresh = (
+    ok, e500, e422, e429, e503, fresh = (
         _nginx_literal(json.dumps(body, separators=(",", ":")))
-        for body in (OK_BODY, err500_body(), ERR422_BODY, ERR429_BODY, err500_body(FRESH))
+        for body in (
+            OK_BODY,
+            err500_body(),
+            ERR422_BODY,
+            ERR429_BODY,
+            ERR503_BODY,
+            err500_body(FRESH),
+        )
     )
     # nginx fills these in per response: a timestamp and an id no two responses share
     fresh = fresh.replace(FRESH, "2026-11-22T04:05:$msec+00:00 $request_id")
     # `return CODE text` keeps the connection alive; `return 500` + error_page would not,
     # because nginx closes keep-alive connections after its own 500 pages.
+    # /flaky answers 503, then 200, then 503...: round robin over two servers of its own (one
+    # worker, so the turns alternate across every connection), for a retry that succeeds.
+    flaky = {code: tmp / f"flaky-{code}.sock" for code in (503, 200)}
     conf = (
         _common(tmp, "upstream")
         + f"""http {{
@@ -170,6 +183,17 @@ def write_upstream_config(tmp: Path, port: int) -> Path:
             add_header Retry-After 7 always;
             return 429 {e429};
         }}
+        location = /err503 {{ default_type application/json; return 503 {e503}; }}
+        location = /flaky {{ proxy_pass http://flaky; }}
+    }}
+    upstream flaky {{ server unix:{flaky[503]}; server unix:{flaky[200]}; }}
+    server {{
+        listen unix:{flaky[503]};
+        location / {{ default_type application/json; return 503 {e503}; }}
+    }}
+    server {{
+        listen unix:{flaky[200]};
+        location / {{ default_type application/json; return 200 {ok}; }}
     }}
 }}
 """

@@ -284,3 +284,26 @@ def test_instructions_section_renders_the_ratio() -> None:
         )
     )
     assert "| `/ok` | 640 k | 480 k | 0.75x |" in text
+
+
+def test_retries_section_renders_on_off_and_the_retried_503() -> None:
+    """The retry policy's table: each path with retries on and off, and a retried 503 against
+    one answered at once."""
+    text = "\n".join(
+        report.retries_section(
+            {
+                "retries": {
+                    "available": True,
+                    "per_request": {
+                        "retries on": {"/ok": 606_000.0, "/flaky": 1_350_000.0},
+                        "retries off": {"/ok": 586_000.0, "/err503": 1_344_000.0},
+                    },
+                    "retries_per_request": {"retries on": {"/flaky": 1.0}},
+                    "status": {"retries on": {"/ok": 200, "/flaky": 200}},
+                }
+            }
+        )
+    )
+    assert "| `/ok` | 606 k | 0.00 | 200 | 586 k | — | +20 k (+3.4 %) |" in text
+    assert "| `/flaky` | 1,350 k | 1.00 | 200 | — | — | — |" in text
+    assert "(retries off): +6 k (+0.4 %)." in text

@@ -17,7 +17,7 @@ import asyncio
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from proxy.config.retries import BackOff, Outcome, Retries, RetryBudget
@@ -78,8 +78,6 @@ class Tries:
     kept: KeptBody | None = None
     #: tries made so far, this one included
     count: int = 1
-    #: why each retry was made, in order
-    reasons: list[str] = field(default_factory=list)
 
     def elapsed_ms(self) -> int:
         return round((time.perf_counter() - self.began) * 1000)
@@ -138,7 +136,8 @@ class Retrier:
         self.budget = Budget()
 
     async def run(self, flow: Flow, attempt: Attempt, body: AsyncIterator[bytes] | None) -> None:
-        """Every try of ``flow``'s request, until one is answered."""
+        """Every try of ``flow``'s request, until one is answered: the first here (a success
+        costs no more than this), the retries in ``_retries``."""
         runtime = flow.runtime
         assert runtime is not None
         policy, route = runtime.retries, runtime.route
@@ -147,26 +146,34 @@ class Retrier:
             return
         began, timeouts = time.perf_counter(), runtime.try_timeout
         kept = KeptBody(body, policy.body_max_bytes) if body is not None else None
-        flow.tries = Tries(policy, began, timeouts, began + route.read_timeout, kept)
+        tries = flow.tries = Tries(policy, began, timeouts, began + route.read_timeout, kept)
         flow.timeouts = timeouts
-        self.budget.enter(route.name)
+        budget, name = self.budget, route.name
+        budget.enter(name)
         try:
-            await self._tries(flow, flow.tries, attempt)
+            try:
+                await attempt(flow, kept.send() if kept is not None else None)
+                return
+            except Again as again:
+                retry = again.retry
+            except ProxyFailure as failure:
+                if (decided := await self._failed(flow, tries, failure)) is None:
+                    raise
+                retry = decided
+            await self._retries(flow, tries, attempt, retry)
         finally:
-            self.budget.leave(route.name)
+            budget.leave(name)
 
-    async def _tries(self, flow: Flow, tries: Tries, attempt: Attempt) -> None:
-        """Try, and try again while the policy says so; ``retry`` is the retry under way (its
-        place in the budget given back once it ended)."""
+    async def _retries(self, flow: Flow, tries: Tries, attempt: Attempt, retry: Retry) -> None:
+        """Try again while the policy says so; ``retry`` is the retry under way (its place in
+        the budget given back once it ended)."""
         route, kept = flow.exchange.route, tries.kept
-        retry: Retry | None = None
         while True:
             try:
-                if retry is not None:
-                    await asyncio.sleep(retry.wait_s)
-                    flow.again(tries.timeout())
-                    await self._still_closed(flow, retry)
-                    tries.count += 1
+                await asyncio.sleep(retry.wait_s)
+                flow.again(tries.timeout())
+                await self._still_closed(flow, retry)
+                tries.count += 1
                 try:
                     await attempt(flow, kept.send() if kept is not None else None)
                 except Again as again:
@@ -182,8 +189,7 @@ class Retrier:
                     return
                 self._ended(route, retry, "failed")
             finally:
-                if retry is not None:
-                    self.budget.give(route)
+                self.budget.give(route)
             retry = following
 
     async def _still_closed(self, flow: Flow, retry: Retry) -> None:
@@ -195,10 +201,9 @@ class Retrier:
         self.metrics.retries_declined.labels(route.name, retry.reason, "circuit").inc()
         await self.gate.closed(flow, route)
 
-    def _ended(self, route: str, retry: Retry | None, outcome: str) -> None:
+    def _ended(self, route: str, retry: Retry, outcome: str) -> None:
         """A retry ended: counted by why it was made and how it ended."""
-        if retry is not None:
-            self.metrics.retries.labels(route, retry.reason, outcome).inc()
+        self.metrics.retries.labels(route, retry.reason, outcome).inc()
 
     async def absorb(self, flow: Flow, exchange: Exchange, answer: Answer) -> None:
         """``Again`` when the try's answer is one the policy sends again: a status it names,
@@ -260,7 +265,6 @@ class Retrier:
         if why is not None:
             self.metrics.retries_declined.labels(route, reason, why).inc()
             return None
-        tries.reasons.append(reason)
         return Retry(reason, wait)
 
 

@@ -97,9 +97,14 @@ def mend(
         ),
         route(
             "refused",
-            {"attempts": 6, "back_off": {"base_ms": 200, "max_ms": 400}},
+            {"attempts": 10, "back_off": {"base_ms": 200, "max_ms": 800}},
             upstream=f"http://127.0.0.1:{refused_port}",
             read_timeout=10.0,
+        ),
+        route(
+            "unreachable",
+            {**FAST, "attempts": 4},
+            upstream=f"http://127.0.0.1:{refused_port}",
         ),
         {
             "name": "mcp",
@@ -403,9 +408,11 @@ class _Served(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def _refused_then_served(mend: MendProcess, port: int) -> tuple[httpx.Response, list[str]]:
+def _refused_then_served(
+    mend: MendProcess, port: int, after_s: float
+) -> tuple[httpx.Response, list[str]]:
     """A POST to the ``refused`` route while ``port`` refuses connections, a server starting on
-    it 0.1 s after the request was sent; mend's answer and the methods that server got."""
+    it ``after_s`` after the request was sent; mend's answer and the methods that server got."""
     methods: list[str] = []
     handler = type("Served", (_Served,), {"methods": methods})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler, bind_and_activate=False)
@@ -418,7 +425,7 @@ def _refused_then_served(mend: MendProcess, port: int) -> tuple[httpx.Response, 
         serving.set()
         server.serve_forever()
 
-    timer = threading.Timer(0.1, start)
+    timer = threading.Timer(after_s, start)
     timer.daemon = True
     timer.start()
     try:
@@ -432,15 +439,16 @@ def _refused_then_served(mend: MendProcess, port: int) -> tuple[httpx.Response, 
 
 def test_refused_connection_is_retried_for_a_post(mend: MendProcess, refused_port: int) -> None:
     """The route's upstream port refuses connections until a server starts on it 0.1 s after
-    the request is sent; mend (6 attempts, back-off 200..400 ms: the tries span far more than
-    0.1 s) retries the POST without a key (nothing had been sent: applied "no") and the agent
-    gets the 200; the server saw one POST (the refused tries never reached it) and mend counted
-    connect_failure retries. On a machine so loaded that mend's first try came after the
-    server started (no retry needed), the scenario is run again, up to three times."""
+    the request is sent; mend (10 attempts, back-off up to 200, 400, then 800 ms: the tries
+    span seconds) retries the POST without a key (nothing had been sent: applied "no") and the
+    agent gets the 200; the server saw one POST (the refused tries never reached it) and mend
+    counted connect_failure retries. On a machine so loaded that mend's first try came after
+    the server started (no retry needed), the scenario is run again with the server starting
+    0.4 s, then 1 s, after the request."""
     retried = 0.0
-    for _ in range(3):
+    for after_s in (0.1, 0.4, 1.0):
         before = counter(mend, "mend_retries_total", route="refused", reason="connect_failure")
-        response, methods = _refused_then_served(mend, refused_port)
+        response, methods = _refused_then_served(mend, refused_port, after_s)
         assert response.status_code == 200, response.text
         assert methods == ["POST"]
         after = counter(mend, "mend_retries_total", route="refused", reason="connect_failure")
@@ -451,14 +459,14 @@ def test_refused_connection_is_retried_for_a_post(mend: MendProcess, refused_por
 
 
 def test_refused_on_every_try_gives_the_envelope_with_its_attempts(mend: MendProcess) -> None:
-    """Nothing ever listens: after its 6 attempts the POST gets UPSTREAM_UNREACHABLE, applied
-    "no" (it never left), retryable, with ``attempts: {count: 6, ...}`` and a wait no shorter
+    """Nothing ever listens: after its 4 attempts the POST gets UPSTREAM_UNREACHABLE, applied
+    "no" (it never left), retryable, with ``attempts: {count: 4, ...}`` and a wait no shorter
     than the time spent."""
-    response = send(mend, "POST", "/refused/orders", BODY)
+    response = send(mend, "POST", "/unreachable/orders", BODY)
     error = envelope(response)
     assert error["code"] == "UPSTREAM_UNREACHABLE", error
     assert (error["applied"], error["retryable"]) == ("no", True)
-    assert error["attempts"]["count"] == 6
+    assert error["attempts"]["count"] == 4
     assert error["retry_after_ms"] >= error["attempts"]["elapsed_ms"]
 
 

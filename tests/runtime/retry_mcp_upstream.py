@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from typing import Any
 
 from aiohttp import web
+
+from tests.runtime.retry_upstream import serve
 
 REVISIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
 TOOLS: list[dict[str, Any]] = [
@@ -95,14 +96,7 @@ def main() -> None:
     app = web.Application()
     app.router.add_route("*", "/mcp", mcp)
     app.router.add_get("/_hits", hits)
-    web.run_app(
-        app,
-        host="127.0.0.1",
-        port=int(sys.argv[1]),
-        print=None,
-        access_log=None,
-        shutdown_timeout=1.0,  # hung requests are not waited for
-    )
+    serve(app)
 
 
 if __name__ == "__main__":

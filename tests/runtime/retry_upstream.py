@@ -179,11 +179,8 @@ def counter(mend: MendProcess, sample: str, **labels: str) -> float:
     return total
 
 
-def main() -> None:
-    app = web.Application()
-    app.router.add_post("/_script", take_script)
-    app.router.add_get("/_hits", show_hits)
-    app.router.add_route("*", "/{tail:.*}", scripted)
+def serve(app: web.Application) -> None:
+    """``app`` on 127.0.0.1 at the port ``module_server`` gives as the first argument."""
     web.run_app(
         app,
         host="127.0.0.1",
@@ -192,6 +189,14 @@ def main() -> None:
         access_log=None,
         shutdown_timeout=1.0,  # hung requests are not waited for
     )
+
+
+def main() -> None:
+    app = web.Application()
+    app.router.add_post("/_script", take_script)
+    app.router.add_get("/_hits", show_hits)
+    app.router.add_route("*", "/{tail:.*}", scripted)
+    serve(app)
 
 
 if __name__ == "__main__":

@@ -143,17 +143,112 @@ def test_prisms_problem_gets_pointers_without_a_document(petstore: tuple[str, st
 def test_prisms_header_violation_names_the_documented_query_parameter(
     petstore: tuple[str, str, str],
 ) -> None:
-    """An empty 400 whose ``sl-violations`` header names ``status`` gets its pointer and enum."""
+    """An empty 400 whose ``sl-violations`` header names ``status.0`` (the first value of the
+    array parameter) gets its pointer, as mend's own validation names it, and the enum of the
+    array's items."""
     _, mend, _ = petstore
     response = httpx.get(
         f"{mend}/pet/findByStatus", params={"status": "bogus"}, headers=AUTH, timeout=10
     )
     assert response.status_code == 400
     error = _error(response)
-    assert error["field"] == "/status"
-    status = _fields(error)["/status"]
+    assert error["field"] == "/status/0"
+    status = _fields(error)["/status/0"]
     assert status["location"] == "query"
     assert status["allowed_values"]["enum"] == ["available", "pending", "sold"]
+    assert status["suggested_value"] == "available"
+
+
+def test_prisms_missing_required_parameters_are_each_named(
+    petstore: tuple[str, str, str],
+) -> None:
+    """``GET /user/login`` without its two required query parameters: both, in the query."""
+    _, mend, plain = petstore
+    for base in (mend, plain):
+        error = _error(httpx.get(f"{base}/user/login", headers=AUTH, timeout=10))
+        assert [(f["field"], f["location"]) for f in error["invalid_fields"]] == [
+            ("/username", "query"),
+            ("/password", "query"),
+        ]
+
+
+def test_prisms_nested_and_indexed_body_members_keep_every_segment(
+    petstore: tuple[str, str, str],
+) -> None:
+    """``photoUrls.0`` and ``tags.0.id`` are ``/photoUrls/0`` and ``/tags/0/id``, documented."""
+    _, mend, plain = petstore
+    body = {"name": "rex", "photoUrls": [5], "tags": [{"id": "a"}]}
+    for base in (mend, plain):
+        response = httpx.post(f"{base}/pet", json=body, headers=AUTH, timeout=10)
+        fields = _fields(_error(response))
+        assert set(fields) == {"/photoUrls/0", "/tags/0/id"}
+        assert all(f["location"] == "body" for f in fields.values())
+    fields = _fields(_error(httpx.post(f"{mend}/pet", json=body, headers=AUTH, timeout=10)))
+    assert fields["/tags/0/id"]["allowed_values"] == {"type": "integer", "format": "int64"}
+    assert fields["/photoUrls/0"]["documented"] is True
+
+
+@pytest.fixture(scope="module")
+def github(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """Prism mocking GitHub's document; ``mend run`` in front with it and without: two URLs."""
+    logs = tmp_path_factory.mktemp("github")
+    path = document("github")
+    with (
+        prism(path, logs / "prism.log") as upstream,
+        mend_run("--upstream", upstream, "--openapi", str(path), log=logs / "mend.log") as mend,
+        mend_run("--upstream", upstream, log=logs / "plain.log") as plain,
+    ):
+        yield mend, plain
+
+
+#: GitHub requests Prism refuses, and (pointer, location, the document's enum or None) of every
+#: violation it names in ``sl-violations`` (its body is the document's example error).
+GITHUB_CASES = [
+    (
+        "/repos/o/r/issues?state=bogus&direction=up",
+        [
+            ("/state", "query", ["open", "closed", "all"]),
+            ("/direction", "query", ["asc", "desc"]),
+        ],
+    ),
+    (
+        "/search/labels?q=x&repository_id=1&sort=bogus&order=up&per_page=abc",
+        [
+            ("/sort", "query", ["created", "updated"]),
+            ("/order", "query", ["desc", "asc"]),
+            ("/per_page", "query", None),
+        ],
+    ),
+    ("/search/labels", [("/repository_id", "query", None), ("/q", "query", None)]),
+    (
+        "/repos/o/r/pulls?state=bogus&sort=bogus",
+        [
+            ("/state", "query", ["open", "closed", "all"]),
+            ("/sort", "query", ["created", "updated", "popularity", "long-running"]),
+        ],
+    ),
+]
+
+
+@pytest.mark.slow  # Prism reads GitHub's 13 MB document in about ten seconds
+@pytest.mark.parametrize(("path", "expected"), GITHUB_CASES)
+def test_prisms_answers_on_githubs_document_get_every_pointer_and_enum(
+    github: tuple[str, str], path: str, expected: list[tuple[str, str, list[str] | None]]
+) -> None:
+    """Every violation Prism names is an invalid field, in the query, the document's enum its
+    ``allowed_values``; without the document, the same pointers and locations."""
+    mend, plain = github
+    error = _error(httpx.get(f"{mend}{path}", timeout=10))
+    assert error["rule"] == "prism.sl_violations"
+    fields = [(f["field"], f["location"]) for f in error["invalid_fields"]]
+    assert fields == [(pointer, location) for pointer, location, _ in expected]
+    for field, (_, _, enum) in zip(error["invalid_fields"], expected, strict=True):
+        assert field["documented"] is True
+        assert (field["allowed_values"] or {}).get("enum") == enum
+        if enum is not None:
+            assert field["suggested_value"] in enum
+    bare = _error(httpx.get(f"{plain}{path}", timeout=10))
+    assert [(f["field"], f["location"]) for f in bare["invalid_fields"]] == fields
 
 
 def test_prisms_lowercased_path_parameter_is_named_as_documented(

@@ -90,9 +90,13 @@ def from_segments(segments: Iterable[object], strip: Sequence[str] = ()) -> str 
     return None if found is None else found[0]
 
 
-def _segments_located(segments: Iterable[object], strip: Sequence[str]) -> Located | None:
+def _segments_located(
+    segments: Iterable[object], strip: Sequence[str], whole: bool = False
+) -> Located | None:
     """``from_segments`` with the location the stripped leading segments name (the last one:
-    Prism's ``["request", "query", "limit"]`` is in the query)."""
+    Prism's ``["request", "query", "limit"]`` is in the query). ``whole``: a list that is all
+    location (Prism's ``["body"]``: "Request body must be object") is that location as a whole,
+    the root pointer ``""``; a string ``body`` is a field of that name."""
     parts = [p for s in segments for p in _split(s)]
     while parts and parts[-1] in _WHOLE:
         parts.pop()  # DRF's nested non_field_errors belong to the object they sit in
@@ -101,6 +105,8 @@ def _segments_located(segments: Iterable[object], strip: Sequence[str]) -> Locat
         location = LOCATIONS.get(parts.pop(0), location)
     if not parts:
         return None
+    if whole and len(parts) == 1 and parts[0] in strip and parts[0] in LOCATIONS:
+        return "", LOCATIONS[parts[0]]
     return "".join("/" + escape_segment(p) for p in parts), location
 
 
@@ -149,6 +155,7 @@ def _memo_key(value: object) -> object:
     if (kind is list or kind is tuple) and isinstance(value, (list, tuple)):
         if len(value) > _KEY_MAX // 16:
             return None
+        listed = kind is list
         size = 0
         for segment in value:
             # True == 1 and 1 == 1.0 name different fields: only exact str and int are keys
@@ -157,7 +164,8 @@ def _memo_key(value: object) -> object:
                 size += len(segment)
             elif kind is not int:
                 return None
-        return tuple(value) if size <= _KEY_MAX else None
+        # a list and a tuple of the same segments are read apart (``_located``)
+        return (listed, tuple(value)) if size <= _KEY_MAX else None
     return None
 
 
@@ -188,7 +196,9 @@ def _located(value: object, strip: Sequence[str]) -> Located | None:
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, list | tuple):
-        return _segments_located(value, strip) if value else None
+        # a JSON array is the upstream's location list (Prism's ``["body"]``: the body); a tuple
+        # is an object's keys flattened (``{"query": [...]}``: a field named query)
+        return _segments_located(value, strip, whole=type(value) is list) if value else None
     text = str(value).strip()
     if text.startswith("#/"):
         text = text[1:]  # a URI fragment holding a pointer (RFC 9457's example)

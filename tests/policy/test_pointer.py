@@ -15,7 +15,8 @@ from proxy.policy.pointer import LOCATION_PREFIXES, located, to_pointer
     [
         (["body", "items", 0, "qty"], "/items/0/qty"),
         (["query", "limit"], "/limit"),
-        (["body"], "/body"),
+        (["body"], ""),  # the body as a whole
+        ("body", "/body"),  # a field named body
         ("items.0.qty", "/items/0/qty"),
         ("items[0].qty", "/items/0/qty"),
         ("$.items[0].qty", "/items/0/qty"),
@@ -87,6 +88,7 @@ def test_whole_request_is_no_field(location: object) -> None:
         ([1], ["1"]),
         (["body", "qty"], "body.qty"),
         ("a.b", ["a.b"]),
+        (("body",), ["body"]),
     ],
 )
 def test_remembered_pointers_keep_different_locations_apart(first: Any, second: Any) -> None:
@@ -137,7 +139,11 @@ def test_remembered_pointers_are_the_computed_ones_and_capped(
         ("items.0.qty", ("/items/0/qty", None)),
         ("/items/0/qty", ("/items/0/qty", None)),  # a pointer is kept as sent
         ("/body/qty", ("/body/qty", None)),
-        (["body"], ("/body", None)),  # a property named body, not the body itself
+        (["body"], ("", "body")),  # Prism's "Request body must be object": the whole body
+        (["request", "query"], ("", "query")),
+        ("body", ("/body", None)),  # a property named body, not the body itself
+        (["items"], ("/items", None)),
+        (("query",), ("/query", None)),  # an object's key flattened: a field named query
     ],
 )
 def test_locations_say_where_the_field_is(value: object, expected: tuple[str, str]) -> None:

@@ -477,6 +477,8 @@ def _named_by_prism(response: httpx.Response) -> list[tuple[str, str, list[str] 
         return []
     out = []
     for violation in violations:
+        if not violation.get("location"):  # about the request as a whole (its media type)
+            continue
         location = [str(s) for s in violation["location"]]
         if location[:1] == ["request"]:
             location = location[1:]

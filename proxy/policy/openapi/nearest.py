@@ -68,34 +68,79 @@ def nearest_redirect(
     return envelope.model_copy(update=update)
 
 
+#: How alike a sent segment and a literal must be to name the same resource (``pets``, ``pet``:
+#: 0.86; ``repo``, ``repos``: 0.89; ``issues``, ``releases``: 0.71).
+_SAME_RESOURCE = 0.8
+#: Leading segments of the sent path that may stand before the document's paths (``/v3``).
+_PREFIXES = 1
+
+_Candidate = tuple[str, Template, dict[str, str]]
+
+
 def _nearest(
     spec: Spec, method: str, spec_path: str, match: PathMatch | None = None
-) -> list[tuple[str, Template, dict[str, str]]]:
-    """The documented operations nearest ``method spec_path``, path and method weighed
-    together: the path segment by segment (0 to 2, a template parameter fitting anything), plus
-    1 for the method sent and 0.4 for a kindred one, so ``GET /pets`` is nearer ``GET
-    /pet/findByStatus`` than ``POST /pet``, and ``POST /user/repo`` nearer ``POST /user/repos``
-    than ``GET /user/{account_id}``, whose template the path fits."""
+) -> list[_Candidate]:
+    """The documented operations an agent meant by ``method spec_path``, the resource first.
+
+    A documented path sent with a method it lacks: that path's operations (its ``Allow``), a
+    kindred method first (``PUT`` for ``POST``), then ``GET``; unless the path was documented
+    only through a template parameter that a literal of the method sent fits better (``POST
+    /user/repo``: ``POST /user/repos``, not ``GET /user/{account_id}``). A path the document
+    lacks: the operations on the resource the path addresses, each of its segments naming the
+    same thing (a literal alike, or a template parameter) before the method is weighed, so
+    ``GET /pets`` is sent to ``GET /pet/findByStatus``, never to an operation on another
+    resource because its method matches; a leading segment the document does not have
+    (``/v3``) is passed over. Nothing on that resource: none, rather than a guess."""
     segments = [s[:_SEGMENT_CHARS] for s in split(spec_path)[:16]]
-    scored: list[tuple[float, str, Template, dict[str, str]]] = []
-    # templates of about the request's length, at most _COMPARED of them: a 404 must stay cheap
-    near = [t for t in spec.operations.templates if abs(len(t.literals) - len(segments)) <= 1]
-    near = near[:_COMPARED]
-    if match is not None and all(t is not match.template for t in near):
-        near.append(match.template)
-    for template in near:
-        score, params = _path_score(segments, template)
-        if match is not None and template is match.template:
-            params = dict(match.params)
-        for op_method in template.methods:
-            kin = _KIN.get(method, ())
-            bonus = 1.0 if op_method == method else 0.4 if op_method in kin else 0.0
-            scored.append((score + bonus, op_method, template, params))
-    scored.sort(key=lambda item: (-item[0], item[2].path, item[1]))
-    return [(m, t, p) for _, m, t, p in scored[:NEAREST]]
+    found = _on_resource(spec, method, segments)
+    if match is None:
+        return [(m, t, p) for *_, m, t, p in found[:NEAREST]]
+    own = _same_resource(segments, match.template)
+    bar = own[0] if own is not None else 0.0
+    better = [(m, t, p) for _, rank, score, _, m, t, p in found if rank == 0 and -score > bar]
+    return [*better, *_allowed(method, match)][:NEAREST]
 
 
-def _path_score(segments: list[str], template: Template) -> tuple[float, dict[str, str]]:
+_Scored = tuple[int, int, float, str, str, Template, dict[str, str]]
+
+
+def _on_resource(spec: Spec, method: str, segments: list[str]) -> list[_Scored]:
+    """Every documented operation on the resource ``segments`` address, nearest first: a
+    skipped leading segment last, then the method sent, a kindred one, any; then the path."""
+    scored: list[_Scored] = []
+    for skip in range(min(_PREFIXES, max(len(segments) - 1, 0)) + 1):
+        sent = segments[skip:]
+        near = [t for t in spec.operations.templates if abs(len(t.literals) - len(sent)) <= 1]
+        for template in near[:_COMPARED]:
+            found = _same_resource(sent, template)
+            if found is None:
+                continue
+            score, params = found
+            for op_method in template.methods:
+                rank = _method_rank(method, op_method)
+                scored.append((skip, rank, -score, template.path, op_method, template, params))
+        if scored:
+            break
+    scored.sort(key=lambda item: item[:5])
+    return scored
+
+
+def _allowed(method: str, match: PathMatch) -> list[_Candidate]:
+    """The operations of the documented path sent, the method meant first."""
+    methods = sorted(match.template.methods, key=lambda m: (_method_rank(method, m), m != "GET", m))
+    return [(m, match.template, dict(match.params)) for m in methods[:NEAREST]]
+
+
+def _method_rank(sent: str, documented: str) -> int:
+    """0: the method sent; 1: a kindred one; 2: any other."""
+    if documented == sent:
+        return 0
+    return 1 if documented in _KIN.get(sent, ()) else 2
+
+
+def _same_resource(segments: list[str], template: Template) -> tuple[float, dict[str, str]] | None:
+    """How near ``segments`` are ``template`` (0 to 2), when each names what the template's
+    segment does; ``None``: they address another resource."""
     literals = template.literals
     length = max(len(segments), len(literals), 1)
     score = 0.0
@@ -106,8 +151,11 @@ def _path_score(segments: list[str], template: Template) -> tuple[float, dict[st
             pattern = template.patterns[index]
             if pattern is not None and len(pattern[1]) == 1:
                 params[pattern[1][0]] = unquote(sent)
-        else:
-            score += difflib.SequenceMatcher(None, sent.lower(), literal.lower()).ratio()
+            continue
+        alike = difflib.SequenceMatcher(None, sent.lower(), literal.lower()).ratio()
+        if alike < _SAME_RESOURCE:
+            return None
+        score += alike
     if len(segments) != len(literals):
         params = {}
     return score / length * 2, params

@@ -18,6 +18,7 @@ request is never refused for what mend cannot read.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -376,17 +377,29 @@ def _scalar(schema: Mapping[str, Any]) -> str | None:
 
 def _coerce(text: str, kind: str | None) -> Any:
     """A parameter's text as the type its schema names; left as text when it is not one."""
-    try:
-        if kind == "integer":
-            return int(text)
-        if kind == "number":
-            number = float(text)
-            return int(number) if number.is_integer() and "." not in text else number
-    except ValueError:
-        return text
+    if kind in ("integer", "number"):
+        return _number(text, kind)
     if kind == "boolean" and text in ("true", "false"):
         return text == "true"
     return text
+
+
+def _number(text: str, kind: str) -> Any:
+    """ASCII digits as JavaScript's ``Number`` reads them (ajv's type coercion, which Prism and
+    most validators use), else the text: Python's ``int`` and ``float`` also take other
+    scripts' digits (``\u0661\u0662``), underscores (``1_000``) and ``nan``/``inf``, which no
+    API reads as a number, and such a parameter was forwarded as valid (issue 42)."""
+    if not text.isascii() or "_" in text:
+        return text
+    try:
+        number = float(text) if kind == "number" else int(text)
+    except ValueError:
+        return text
+    if isinstance(number, float):
+        if not math.isfinite(number):
+            return text
+        return int(number) if number.is_integer() and "." not in text else number
+    return number
 
 
 def _json_body(body: bytes) -> Any:

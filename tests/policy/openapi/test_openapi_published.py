@@ -582,3 +582,53 @@ def test_every_pointer_and_enum_prism_names_on_github(github: tuple[str, str, st
     print(f"GitHub: {counts}")
     assert counts["violations"] > 20
     assert counts["enums"] > 5
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "meant"),
+    [
+        # a method the documented path lacks: what that path allows, the kindred method first
+        ("PUT", "/repos/octocat/hello-world/pulls", "POST /repos/{owner}/{repo}/pulls"),
+        (
+            "DELETE",
+            "/repos/octocat/hello-world/issues/7",
+            "GET /repos/{owner}/{repo}/issues/{issue_number}",
+        ),
+        # a leading segment the document does not have (GitHub's /v3 of old): passed over
+        ("GET", "/v3/repos/octocat/hello-world", "GET /repos/{owner}/{repo}"),
+        # a typo on the resource's name: the resource, with the method sent
+        ("GET", "/repos/octocat/hello-world/issue", "GET /repos/{owner}/{repo}/issues"),
+    ],
+)
+async def test_next_operation_is_on_the_resource_the_agent_addressed(
+    start_upstream: StartUpstream, start_mend: StartMend, method: str, path: str, meant: str
+) -> None:
+    """The operation suggested shares the resource the agent's path names (issue 42): never
+    ``DELETE .../releases/{release_id}`` for an issue because its method matches."""
+
+    async def not_found(_: web.Request) -> web.Response:
+        return web.json_response({"message": "Not Found"}, status=404)
+
+    server = await start_upstream({"/{tail:.*}": not_found})
+    mend = await start_mend(server, route={"openapi": document("github")})
+    response = await mend.client.request(method, path, json={} if method != "GET" else None)
+    error = (await response.json())["error"]
+    assert error["next_operation"] == meant
+    resource = meant.split(" ", 1)[1].split("/")[1:4]
+    for operation in error["allowed_values"]["operations"]:
+        assert operation.split(" ", 1)[1].split("/")[1:4] == resource, operation
+
+
+async def test_no_next_operation_when_nothing_is_on_the_resource(
+    start_upstream: StartUpstream, start_mend: StartMend
+) -> None:
+    """A path whose resource the document does not have gets no guess: no ``next_operation``."""
+
+    async def not_found(_: web.Request) -> web.Response:
+        return web.json_response({"message": "Not Found"}, status=404)
+
+    server = await start_upstream({"/{tail:.*}": not_found})
+    mend = await start_mend(server, route={"openapi": document("github")})
+    response = await mend.client.get("/repos/octocat/hello-world/tickets/3")
+    error = (await response.json())["error"]
+    assert error["next_operation"] is None

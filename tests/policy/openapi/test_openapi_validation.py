@@ -192,3 +192,56 @@ def test_of_equally_literal_templates_the_one_with_the_method_is_found(tmp_path:
         assert located.match is not None
         assert located.match.operation is not None
         assert located.match.operation.path == template
+
+
+@pytest.mark.parametrize(
+    ("value", "valid"),
+    [
+        ("12", True),
+        ("-1", True),
+        ("\u0661\u0662", False),  # Arabic-Indic digits: Python's int reads them, no API does
+        ("1_000", False),  # an underscore: Python's int reads it too
+        ("12a", False),
+        ("1.5", False),
+    ],
+)
+def test_an_integer_path_parameter_is_checked_as_the_query_s(
+    tmp_path: Path, value: str, valid: bool
+) -> None:
+    """``GET /pet/{petId}`` with an integer ``petId`` refuses what is no integer in a URL,
+    whatever Python would read as one (issue 42: such a path parameter was forwarded)."""
+    document = {
+        "openapi": "3.0.3",
+        "info": {"title": "t", "version": "1"},
+        "paths": {
+            "/pet/{petId}": {
+                "get": {
+                    "parameters": [
+                        {
+                            "name": "petId",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "integer", "format": "int64"},
+                        }
+                    ],
+                    "responses": {"200": {"description": "ok"}},
+                }
+            }
+        },
+    }
+    path = tmp_path / "pet.json"
+    path.write_text(json.dumps(document))
+    spec = Spec.load(path)
+    located = spec.locate("GET", f"/pet/{value}", ROOT)
+    assert located is not None
+    assert located.match is not None
+    found = spec.checker.check(located.match, MultiDict(), CIMultiDict(), "", b"")
+    assert [(v.pointer, v.location) for v in found] == ([] if valid else [("/petId", "path")])
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-Infinity", "\u0661.\u0665"])
+def test_a_number_query_parameter_is_a_finite_ascii_number(tmp_path: Path, value: str) -> None:
+    """``nan``, ``inf`` and other scripts' digits are no number a URL carries: refused."""
+    param = {"name": "x", "in": "query", "schema": {"type": "number"}}
+    spec = _spec(tmp_path, {"type": "object"}, [param])
+    assert [v.pointer for v in _check(spec, query=f"x={value}")] == ["/x"]

@@ -105,7 +105,9 @@ def _segments_located(
         location = LOCATIONS.get(parts.pop(0), location)
     if not parts:
         return None
-    if whole and len(parts) == 1 and parts[0] in strip and parts[0] in LOCATIONS:
+    if whole and len(parts) == 1 and parts[0] in strip:
+        if parts[0] not in LOCATIONS:
+            return None  # Prism's ["request"]: the request as a whole, no field of it
         return "", LOCATIONS[parts[0]]
     return "".join("/" + escape_segment(p) for p in parts), location
 

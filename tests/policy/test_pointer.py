@@ -141,12 +141,13 @@ def test_remembered_pointers_are_the_computed_ones_and_capped(
         ("/body/qty", ("/body/qty", None)),
         (["body"], ("", "body")),  # Prism's "Request body must be object": the whole body
         (["request", "query"], ("", "query")),
+        (["request"], None),  # the request as a whole
         ("body", ("/body", None)),  # a property named body, not the body itself
         (["items"], ("/items", None)),
         (("query",), ("/query", None)),  # an object's key flattened: a field named query
     ],
 )
-def test_locations_say_where_the_field_is(value: object, expected: tuple[str, str]) -> None:
+def test_locations_say_where_the_field_is(value: object, expected: tuple[str, str] | None) -> None:
     """A leading location segment is stripped from the pointer and becomes its location."""
     assert located(value, ("request", *LOCATION_PREFIXES)) == expected
 

@@ -482,6 +482,8 @@ def _named_by_prism(response: httpx.Response) -> list[tuple[str, str, list[str] 
         location = [str(s) for s in violation["location"]]
         if location[:1] == ["request"]:
             location = location[1:]
+        if not location:  # the request as a whole
+            continue
         where, segments = location[0], location[1:]
         message = violation["message"]
         if violation["code"] == "required" and (found := _REQUIRED.search(message)):

@@ -397,9 +397,14 @@ def _default_steps(
     return [step.format(**said) for step in _DEFAULT_STEPS[action]]
 
 
+def _named(field: InvalidField) -> str:
+    """A field as a step names it: its pointer, or for the root pointer the whole location."""
+    return field.field or f"the {field.location or 'request'} as a whole"
+
+
 def _fix_steps(operation: str, invalid: list[InvalidField], *, unsaid: bool) -> list[str]:
     """``fix_request``'s steps: one per invalid field, else what to check, then send again."""
-    fixes = [f"Change {f.field}: {f.reason.rstrip('.')}." for f in invalid]
+    fixes = [f"Change {_named(f)}: {f.reason.rstrip('.')}." for f in invalid]
     if not fixes:
         fixes = [
             f"Check the request against what the API documents for {operation}."

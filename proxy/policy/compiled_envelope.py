@@ -47,6 +47,8 @@ class CompiledInvalidFields:
     allowed_values: Any
     strip: tuple[str, ...]
     camel: bool
+    #: the response header whose JSON value ``each`` reads (``None``: the body)
+    header: str | None = None
     #: what these queries found in documents seen before (``invalid_fields.found``)
     memory: Remembered = field(default_factory=Remembered, compare=False, repr=False)
 
@@ -63,6 +65,7 @@ class CompiledInvalidFields:
             query(spec.allowed_values),
             spec.strip,
             spec.field_case == "camel",
+            spec.header,
         )
 
     def items(self, document: Any) -> list[tuple[Any, Any, Any, Any]]:
@@ -154,13 +157,20 @@ class CompiledEnvelope:
             next_operation=_compile_optional(spec.next_operation),
             next_operation_args=compile_value(spec.next_operation_args),
             retry_after_ms=compile_value(spec.retry_after_ms),
-            live=any(_live(name) for name in _names(spec)),
+            live=any(_live(name) for name in _names(spec)) or _reads_header(spec),
         )
 
 
 def _live(name: str) -> bool:
     """Whether a template variable reads what ``build``'s memory does not key by."""
     return name == "request_id" or name.startswith(("headers.", "request_headers."))
+
+
+def _reads_header(spec: EnvelopeSpec) -> bool:
+    """Whether the block's ``invalid_fields`` are read from a header (``build``'s memory keys
+    envelopes by the body, not the headers)."""
+    fields = spec.invalid_fields
+    return isinstance(fields, InvalidFieldsSpec) and fields.header is not None
 
 
 def _names(spec: EnvelopeSpec) -> set[str]:

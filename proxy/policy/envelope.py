@@ -65,7 +65,8 @@ class InvalidField(BaseModel):
     #: a value inside allowed_values, near what was sent (an OpenAPI document's, docs/contract.md
     #: §8)
     suggested_value: Any = None
-    #: where the field is: body, query, path or header (known from an OpenAPI document)
+    #: where the field is: body, query, path or header (as the upstream said it, or from the
+    #: route's OpenAPI document)
     location: str | None = None
     #: false: the route's OpenAPI document does not know this field; None: no document
     documented: bool | None = None

@@ -57,6 +57,10 @@ class Exchange:
     arguments: Any = None
     #: JMESPath results by expression: many rules ask the same questions of one body.
     queried: dict[str, Any] = field(default_factory=dict)
+    #: response headers read as JSON (``header_json.document``), by name
+    header_documents: dict[str, tuple[Any, bytes | None]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
     #: ``written``'s answer, and the document it was written from
     _written: tuple[Any, bytes | None] | None = field(
         default=None, init=False, repr=False, compare=False

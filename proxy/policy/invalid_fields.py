@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from proxy.policy import constraints
+from proxy.policy import constraints, header_json
 from proxy.policy.compiled_envelope import CompiledInvalidFields
 from proxy.policy.envelope import InvalidField, made
-from proxy.policy.exchange import Exchange
-from proxy.policy.pointer import to_pointer
+from proxy.policy.exchange import NOT_JSON, Exchange
+from proxy.policy.pointer import located, to_pointer
 from proxy.policy.scrubber import recalled
 from proxy.policy.template import scrub_value
 from proxy.policy.variables import single_line
@@ -27,7 +27,12 @@ def _camel(pointer: str) -> str:
 
 
 def _invalid_field(
-    pointer: str, reason: Any, received: Any, context: Any, scrub: Scrub
+    pointer: str,
+    reason: Any,
+    received: Any,
+    context: Any,
+    scrub: Scrub,
+    location: str | None = None,
 ) -> InvalidField:
     reason_text = single_line(scrub(str(reason)), 300) if reason else "is invalid"
     allowed = constraints.from_context(context) or constraints.from_reason(reason_text)
@@ -48,6 +53,7 @@ def _invalid_field(
             "suggested_value": constraints.suggest(allowed, received)
             if isinstance(allowed, dict)
             else None,
+            "location": location,
         },
     )
 
@@ -88,14 +94,20 @@ def found(
     the rule's memory, and the kinds its scrubbing reported are reported again: the fields are a
     function of the document and the redactor alone (``Scrubber``).
     """
-    if compiled is None or not exchange.is_json:
+    if compiled is None:
+        return []
+    if compiled.header is not None:
+        value, written = header_json.document(exchange, compiled.header)
+    else:
+        value, written = exchange.json, exchange.written() if exchange.is_json else None
+    if value is NOT_JSON:
         return []
     fields = recalled(
         compiled.memory,
         scrub,
         None,
-        exchange.written(),
-        lambda: tuple(_found(compiled, exchange.json, scrub)),
+        written,
+        lambda: tuple(_found(compiled, value, scrub)),
     )
     return list(fields)
 
@@ -103,10 +115,11 @@ def found(
 def _found(compiled: CompiledInvalidFields, document: Any, scrub: Scrub) -> list[InvalidField]:
     out: list[InvalidField] = []
     for location, reason, received, context in compiled.items(document)[:100]:
-        pointer = to_pointer(location, compiled.strip)
-        if pointer is None:
+        found = located(location, compiled.strip)
+        if found is None:
             continue
+        pointer, where = found
         if compiled.camel:
             pointer = _camel(pointer)
-        out.append(_invalid_field(pointer, reason, received, context, scrub))
+        out.append(_invalid_field(pointer, reason, received, context, scrub, where))
     return out

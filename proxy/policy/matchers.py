@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.config.re2compile import checked
-from proxy.policy.exchange import Exchange
+from proxy.policy import header_json
+from proxy.policy.exchange import NOT_JSON, Exchange
 from proxy.policy.query import json_equals
 from proxy.policy.regex import Linear, escape, linear
 from proxy.policy.rulefile import JsonCondition, When, compile_jmespath, parse_status
@@ -102,14 +103,19 @@ def _json_predicate(cond: JsonCondition) -> Predicate:
     query = compile_jmespath(cond.query)
     expression = cond.query
     given = cond.model_fields_set
+    header = cond.header
+    subject = "json" if header is None else f"headers.{header} json"
 
     def value(ex: Exchange) -> Any:
+        if header is not None:
+            got = header_json.query(ex, header, expression, query)
+            return _MISSING if got is NOT_JSON else got
         return ex.query(expression, query) if ex.is_json else _MISSING
 
     if "equals" in given:
         expected = cond.equals
         return Predicate(
-            f"json {cond.query} == {expected!r}",
+            f"{subject} {cond.query} == {expected!r}",
             lambda ex, _: json_equals(value(ex), expected),
         )
     if "one_of" in given:
@@ -120,7 +126,7 @@ def _json_predicate(cond: JsonCondition) -> Predicate:
             return any(json_equals(got, option) for option in options)
 
         return Predicate(
-            f"json {cond.query} in {options!r}",
+            f"{subject} {cond.query} in {options!r}",
             one_of,
             _JSON_COST,
         )
@@ -137,16 +143,16 @@ def _json_predicate(cond: JsonCondition) -> Predicate:
             found.update({k: v for k, v in match.groupdict().items() if v is not None})
             return True
 
-        return Predicate(f"json {cond.query} ~ /{cond.matches}/", test, _JSON_COST + 2)
+        return Predicate(f"{subject} {cond.query} ~ /{cond.matches}/", test, _JSON_COST + 2)
     if "exists" in given:
         want = bool(cond.exists)
         return Predicate(
-            f"json {cond.query} {'exists' if want else 'absent'}",
+            f"{subject} {cond.query} {'exists' if want else 'absent'}",
             lambda ex, _: (value(ex) not in (_MISSING, None)) == want,
             _JSON_COST,
         )
     return Predicate(
-        f"json {cond.query} is truthy",
+        f"{subject} {cond.query} is truthy",
         lambda ex, _: (v := value(ex)) is not _MISSING and bool(v),
         _JSON_COST,
     )
@@ -244,6 +250,8 @@ def header_names(when: When, kind: str) -> frozenset[str]:
     """The names (lower case) of the ``kind`` headers (``headers`` or ``request_headers``)
     ``when`` or a block nested in it reads: all a rule can see of them."""
     names = frozenset(name.lower() for name in getattr(when, kind) or {})
+    if kind == "headers":  # a JSON condition over a header's value reads that header
+        names |= {c.header for c in when.json_ or () if c.header is not None}
     nested = [*(when.all or ()), *(when.any or ()), *([when.not_] if when.not_ else [])]
     return names.union(*(header_names(sub, kind) for sub in nested))
 
@@ -263,6 +271,8 @@ Requirement = frozenset[str]
 def _needs(cond: JsonCondition) -> Requirement | None:
     """Keys a JSON body must have one of for ``cond`` to hold, when that is certain."""
     given = cond.model_fields_set
+    if cond.header is not None:  # about a header, not the body's keys
+        return None
     if "equals" in given and cond.equals is None:
         return None
     if "one_of" in given and None in (cond.one_of or []):

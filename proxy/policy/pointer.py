@@ -4,7 +4,9 @@ Frameworks spell a field location as a list (`["body", "items", 0, "qty"]`, Fast
 path (`items.0.qty`, Laravel), a bracketed path (`items[0].qty`, Spring), a JSONPath (`$.qty`,
 ASP.NET), a slash path (`body/qty`, Fastify/ajv), a URI fragment (`#/qty`, RFC 9457), or only
 inside a sentence (`qty must not be less than 1`, class-validator). Agents get one spelling: a
-pointer into the request body or query.
+pointer into the request body or query, and where the field is (``location``) when the upstream's
+spelling says it (a leading ``body``/``query``/``path``/``header`` segment, Prism's "Request
+query ...").
 """
 
 from __future__ import annotations
@@ -27,6 +29,21 @@ LOCATION_PREFIXES = (
     "form",
     "json",
 )
+#: Where a leading location segment says the field is (docs/contract.md §1 ``location``).
+LOCATIONS = {
+    "body": "body",
+    "json": "body",
+    "form": "body",
+    "query": "query",
+    "querystring": "query",
+    "path": "path",
+    "params": "path",
+    "header": "header",
+    "headers": "header",
+    "cookie": "cookie",
+}
+#: A pointer and where it is (``None``: the spelling did not say).
+Located = tuple[str, str | None]
 #: Names that stand for "the request as a whole", not a field of it.
 _WHOLE = frozenset({"", "$", "__all__", "non_field_errors", "nonFieldErrors"})
 
@@ -38,7 +55,7 @@ _SENTENCES = (
     re.compile(rf"^(?P<parent>{_FIELD})?\s*must have required property '(?P<field>[^']+)'"),
     # Stoplight Prism: "Request body property category must have required property 'name'"
     re.compile(
-        r"^Request (?:body|query|path|header)s?(?: (?:property|parameter) "
+        r"^Request (?P<location>body|query|path|header)s?(?: (?:property|parameter) "
         rf"(?P<parent>{_FIELD}))? must have required property '(?P<field>[^']+)'"
     ),
     # go-playground/validator: "Key: 'CreateOrder.Items[0].Qty' Error:Field validation ..."
@@ -69,26 +86,49 @@ def _split(segment: object) -> list[str]:
 
 def from_segments(segments: Iterable[object], strip: Sequence[str] = ()) -> str | None:
     """``["body", "items", 0, "qty"]`` -> ``/items/0/qty``; ``None`` when it names no field."""
+    found = _segments_located(segments, strip)
+    return None if found is None else found[0]
+
+
+def _segments_located(
+    segments: Iterable[object], strip: Sequence[str], whole: bool = False
+) -> Located | None:
+    """``from_segments`` with the location the stripped leading segments name (the last one:
+    Prism's ``["request", "query", "limit"]`` is in the query). ``whole``: a list that is all
+    location (Prism's ``["body"]``: "Request body must be object") is that location as a whole,
+    the root pointer ``""``; a string ``body`` is a field of that name."""
     parts = [p for s in segments for p in _split(s)]
     while parts and parts[-1] in _WHOLE:
         parts.pop()  # DRF's nested non_field_errors belong to the object they sit in
+    location = None
     while len(parts) > 1 and parts[0] in strip:
-        parts.pop(0)
-    return "".join("/" + escape_segment(p) for p in parts) or None
+        location = LOCATIONS.get(parts.pop(0), location)
+    if not parts:
+        return None
+    if whole and len(parts) == 1 and parts[0] in strip:
+        if parts[0] not in LOCATIONS:
+            return None  # Prism's ["request"]: the request as a whole, no field of it
+        return "", LOCATIONS[parts[0]]
+    return "".join("/" + escape_segment(p) for p in parts), location
 
 
-def _from_sentence(text: str, strip: Sequence[str]) -> str | None:
+def _from_sentence(text: str, strip: Sequence[str]) -> Located | None:
     for pattern in _SENTENCES:
         if match := pattern.match(text):
             groups = match.groupdict()
-            parent = groups.get("parent") or ""
-            found = from_segments(_path_segments(parent), strip) if parent else None
-            if found is not None and found.lstrip("/") in strip:
-                found = None  # "body must have required property 'sku'": the body itself
-            field = from_segments(_path_segments(groups["field"]), strip)
+            location = LOCATIONS.get(groups.get("location") or "")
+            parent = _path_segments(groups.get("parent") or "")
+            found = _segments_located(parent, strip) if parent else None
+            if found is not None:
+                location = found[1] or location
+                if found[0].lstrip("/") in strip:
+                    # "body must have required property 'sku'": the body itself
+                    location = LOCATIONS.get(found[0].lstrip("/"), location)
+                    found = None
+            field = _segments_located(_path_segments(groups["field"]), strip)
             if field is None:
                 return None
-            return (found or "") + field
+            return (found[0] if found else "") + field[0], location or field[1]
     return None
 
 
@@ -105,7 +145,7 @@ POINTERS_MAX = 4096
 #: A location of more characters than this (or more than a sixteenth as many segments) is read,
 #: not remembered: the table holds a few megabytes at most, whatever upstreams send.
 _KEY_MAX = 256
-_POINTERS: dict[tuple[object, object], str | None] = {}
+_POINTERS: dict[tuple[object, object], Located | None] = {}
 
 
 def _memo_key(value: object) -> object:
@@ -117,6 +157,7 @@ def _memo_key(value: object) -> object:
     if (kind is list or kind is tuple) and isinstance(value, (list, tuple)):
         if len(value) > _KEY_MAX // 16:
             return None
+        listed = kind is list
         size = 0
         for segment in value:
             # True == 1 and 1 == 1.0 name different fields: only exact str and int are keys
@@ -125,31 +166,41 @@ def _memo_key(value: object) -> object:
                 size += len(segment)
             elif kind is not int:
                 return None
-        return tuple(value) if size <= _KEY_MAX else None
+        # a list and a tuple of the same segments are read apart (``_located``)
+        return (listed, tuple(value)) if size <= _KEY_MAX else None
     return None
 
 
 def to_pointer(value: object, strip: Sequence[str] = LOCATION_PREFIXES) -> str | None:
-    """A JSON Pointer for ``value``, or ``None`` when it names no field; each location is read
-    once (``POINTERS_MAX``)."""
+    """A JSON Pointer for ``value``, or ``None`` when it names no field."""
+    found = located(value, strip)
+    return None if found is None else found[0]
+
+
+def located(value: object, strip: Sequence[str] = LOCATION_PREFIXES) -> Located | None:
+    """``to_pointer`` and where the spelling says the field is (``body``, ``query``, ``path``,
+    ``header``, ``cookie``; ``None`` when it does not); each location is read once
+    (``POINTERS_MAX``)."""
     key = _memo_key(value)
     if key is None or type(strip) is not tuple:
-        return _to_pointer(value, strip)
+        return _located(value, strip)
     memo = (key, strip)
     try:
         return _POINTERS[memo]
     except KeyError:
-        pointer = _POINTERS[memo] = _to_pointer(value, strip)
+        found = _POINTERS[memo] = _located(value, strip)
         if len(_POINTERS) > POINTERS_MAX:
             _POINTERS.clear()
-        return pointer
+        return found
 
 
-def _to_pointer(value: object, strip: Sequence[str]) -> str | None:
+def _located(value: object, strip: Sequence[str]) -> Located | None:
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, list | tuple):
-        return from_segments(value, strip) if value else None
+        # a JSON array is the upstream's location list (Prism's ``["body"]``: the body); a tuple
+        # is an object's keys flattened (``{"query": [...]}``: a field named query)
+        return _segments_located(value, strip, whole=type(value) is list) if value else None
     text = str(value).strip()
     if text.startswith("#/"):
         text = text[1:]  # a URI fragment holding a pointer (RFC 9457's example)
@@ -158,5 +209,5 @@ def _to_pointer(value: object, strip: Sequence[str]) -> str | None:
     if any(c.isspace() for c in text):
         return _from_sentence(text, strip)
     if text.startswith("/"):
-        return text
-    return from_segments(_path_segments(text), strip)
+        return text, None  # a pointer already, into the request as sent
+    return _segments_located(_path_segments(text), strip)

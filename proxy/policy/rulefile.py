@@ -90,11 +90,27 @@ StatusSpec = int | str | list[int | str]
 Regex = Annotated[str, Field(min_length=1)]
 
 
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
+
+
+def _header_name(value: str | None) -> str | None:
+    """A response header's name (RFC 9110 token), lower case as headers are read."""
+    if value is None:
+        return None
+    if not _HEADER_NAME.match(value):
+        raise ValueError(f"header {_shown(value)} is not a header name")
+    return value.lower()
+
+
 class JsonCondition(_Model):
-    """A JMESPath query over the JSON body; truthy unless an operator is given."""
+    """A JMESPath query over the JSON body (or a header's JSON value); truthy unless an operator
+    is given."""
 
     #: a JMESPath query over the JSON body; alone, it holds when the result is truthy
     query: str
+    #: read the query over this response header's value parsed as JSON instead of the body
+    #: (Prism's ``sl-violations``); a header that is absent or not JSON holds nothing
+    header: str | None = None
     #: holds when the result equals this
     equals: Any = None
     #: holds when the result is one of these
@@ -109,6 +125,8 @@ class JsonCondition(_Model):
     def _query(cls, value: str) -> str:
         compile_jmespath(value)
         return value
+
+    _header = field_validator("header")(_header_name)
 
     @field_validator("matches")
     @classmethod
@@ -198,6 +216,8 @@ class InvalidFieldsSpec(_Model):
 
     #: JMESPath over the body: the list (or object, flattened to its leaves) of invalid fields
     each: str
+    #: read ``each`` over this response header's value parsed as JSON instead of the body
+    header: str | None = None
     #: JMESPath relative to the item: the field's location, made an RFC 6901 pointer
     field: str | None = None
     #: JMESPath relative to the item: why the field is invalid
@@ -211,6 +231,8 @@ class InvalidFieldsSpec(_Model):
     strip: tuple[str, ...] = ("body", "query", "path", "header", "cookie", "form")
     #: ASP.NET and Go name C#/Go properties (``Qty``) where the request JSON says ``qty``.
     field_case: Literal["as_is", "camel"] = "as_is"
+
+    _header = field_validator("header")(_header_name)
 
     @field_validator("each", "field", "reason", "received", "allowed_values")
     @classmethod

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from proxy.policy import pointer as pointer_module
-from proxy.policy.pointer import to_pointer
+from proxy.policy.pointer import LOCATION_PREFIXES, located, to_pointer
 
 
 @pytest.mark.parametrize(
@@ -15,7 +15,8 @@ from proxy.policy.pointer import to_pointer
     [
         (["body", "items", 0, "qty"], "/items/0/qty"),
         (["query", "limit"], "/limit"),
-        (["body"], "/body"),
+        (["body"], ""),  # the body as a whole
+        ("body", "/body"),  # a field named body
         ("items.0.qty", "/items/0/qty"),
         ("items[0].qty", "/items/0/qty"),
         ("$.items[0].qty", "/items/0/qty"),
@@ -25,6 +26,12 @@ from proxy.policy.pointer import to_pointer
         (("$.qty",), "/qty"),
         (("items", 0, "non_field_errors"), "/items/0"),
         (["a/b", "c~d"], "/a~1b/c~0d"),
+        ("a.b.0.c", "/a/b/0/c"),
+        ("a[0].b", "/a/0/b"),
+        ("a/0/b", "/a/0/b"),
+        ("photoUrls.0", "/photoUrls/0"),
+        (["body", "tags", "0", "id"], "/tags/0/id"),
+        (["query", "status", "0"], "/status/0"),
     ],
 )
 def test_paths_become_pointers(location: object, pointer: str) -> None:
@@ -81,15 +88,16 @@ def test_whole_request_is_no_field(location: object) -> None:
         ([1], ["1"]),
         (["body", "qty"], "body.qty"),
         ("a.b", ["a.b"]),
+        (("body",), ["body"]),
     ],
 )
 def test_remembered_pointers_keep_different_locations_apart(first: Any, second: Any) -> None:
     """Remembering a location never answers for another one that compares equal to it."""
     pointer_module._POINTERS.clear()
-    expected = pointer_module._to_pointer(second, pointer_module.LOCATION_PREFIXES)
-    to_pointer(first)
-    assert to_pointer(second) == expected
-    assert to_pointer(second) == expected
+    expected = pointer_module._located(second, pointer_module.LOCATION_PREFIXES)
+    located(first)
+    assert located(second) == expected
+    assert located(second) == expected
 
 
 def test_remembered_pointers_are_the_computed_ones_and_capped(
@@ -110,3 +118,64 @@ def test_remembered_pointers_are_the_computed_ones_and_capped(
     to_pointer(list(range(20)))  # 20 segments
     to_pointer(["a"], ["body"])  # a list of prefixes: not a key
     assert not pointer_module._POINTERS
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        # Prism's sl-violations and validation[] location lists
+        (["request", "body", "photoUrls", "0"], ("/photoUrls/0", "body")),
+        (["request", "query", "state"], ("/state", "query")),
+        (["request", "path", "petid"], ("/petid", "path")),
+        (["request", "header", "api_key"], ("/api_key", "header")),
+        (["body", "tags", "0", "id"], ("/tags/0/id", "body")),
+        # FastAPI, Fastify, Laravel
+        (["query", "limit"], ("/limit", "query")),
+        ("querystring.limit", ("/limit", "query")),
+        ("params.id", ("/id", "path")),
+        ("headers.x-key", ("/x-key", "header")),
+        ("body/items/0/qty", ("/items/0/qty", "body")),
+        # no location said
+        ("items.0.qty", ("/items/0/qty", None)),
+        ("/items/0/qty", ("/items/0/qty", None)),  # a pointer is kept as sent
+        ("/body/qty", ("/body/qty", None)),
+        (["body"], ("", "body")),  # Prism's "Request body must be object": the whole body
+        (["request", "query"], ("", "query")),
+        (["request"], None),  # the request as a whole
+        ("body", ("/body", None)),  # a property named body, not the body itself
+        (["items"], ("/items", None)),
+        (("query",), ("/query", None)),  # an object's key flattened: a field named query
+    ],
+)
+def test_locations_say_where_the_field_is(value: object, expected: tuple[str, str] | None) -> None:
+    """A leading location segment is stripped from the pointer and becomes its location."""
+    assert located(value, ("request", *LOCATION_PREFIXES)) == expected
+
+
+@pytest.mark.parametrize(
+    ("sentence", "expected"),
+    [
+        ("Request query must have required property 'status'", ("/status", "query")),
+        ("Request header must have required property 'api_key'", ("/api_key", "header")),
+        ("Request body must have required property 'photoUrls'", ("/photoUrls", "body")),
+        (
+            "Request body property category must have required property 'name'",
+            ("/category/name", "body"),
+        ),
+        (
+            "Request body property tags.0 must have required property 'name'",
+            ("/tags/0/name", "body"),
+        ),
+        ("body must have required property 'sku'", ("/sku", "body")),
+        ("body/items/0 must have required property 'sku'", ("/items/0/sku", "body")),
+        ("querystring/limit must be >= 1", ("/limit", "query")),
+        ("must have required property 'name'", ("/name", None)),
+        ("items.0 must have required property 'name'", ("/items/0/name", None)),
+    ],
+)
+def test_required_properties_are_named_under_their_object(
+    sentence: str, expected: tuple[str, str | None]
+) -> None:
+    """ajv's and Prism's "must have required property 'x'" name ``x`` inside the object the
+    message is about, where the message says that object is."""
+    assert located(sentence) == expected

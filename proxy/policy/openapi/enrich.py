@@ -161,22 +161,36 @@ def schema_at(spec: Spec, operation: Operation, pointer: str) -> tuple[Any, str]
 
 
 def _located(
-    spec: Spec, operation: Operation, segments: list[str]
+    spec: Spec, operation: Operation, segments: list[str], where: str | None = None
 ) -> tuple[Any, str, str | None] | None:
     """``schema_at`` for pointer segments, with the parameter's documented name (``None`` in
-    the body)."""
+    the body); where the upstream said the field is (``where``), there first."""
+    if where is not None:
+        found = _located_in(spec, operation, segments, where)
+        if found is not None:
+            return found
+    return _located_in(spec, operation, segments, None)
+
+
+def _located_in(
+    spec: Spec, operation: Operation, segments: list[str], where: str | None
+) -> tuple[Any, str, str | None] | None:
+    """``_located`` in the body or the parameters of one location (``None``: the body first,
+    then any parameter)."""
     body = operation.body
-    if body is not None and body.schema is not None:
+    if where in (None, "body") and body is not None and body.schema is not None:
         if not segments:
             return body.schema, "body", None
         found = facts.at_pointer(body.schema, segments, spec.document)
         if found is not None:
             return found, "body", None
-    if segments:
+    if segments and where != "body":
         name = segments[0].replace("~1", "/").replace("~0", "~")
         # exact first; then regardless of case (headers, and Prism's "petid" for petId)
         for exact in (True, False):
             for param in operation.parameters:
+                if where is not None and param.location != where:
+                    continue
                 if (param.name == name) if exact else (param.name.lower() == name.lower()):
                     found = facts.at_pointer(param.schema, segments[1:], spec.document)
                     if found is not None:
@@ -192,15 +206,18 @@ def documented_pointer(spec: Spec, operation: Operation, pointer: str) -> str | 
     return None if found is None else found[0]
 
 
-def _documented(spec: Spec, operation: Operation, pointer: str) -> tuple[str, Any, str] | None:
-    """The documented pointer (``documented_pointer``), its schema and where it is."""
+def _documented(
+    spec: Spec, operation: Operation, pointer: str, where: str | None = None
+) -> tuple[str, Any, str] | None:
+    """The documented pointer (``documented_pointer``), its schema and where it is, looked for
+    first where the upstream said it is (``where``)."""
     segments = split(pointer) if pointer else []
     if not segments:
-        found = _located(spec, operation, segments)
+        found = _located(spec, operation, segments, where)
         return None if found is None else (pointer, found[0], found[1])
     for start in range(min(len(segments), _TAILS)):
         tail = segments[start:]
-        found = _located(spec, operation, tail)
+        found = _located(spec, operation, tail, where)
         if found is None:
             continue
         schema, location, name = found
@@ -213,7 +230,7 @@ def _documented(spec: Spec, operation: Operation, pointer: str) -> tuple[str, An
 def _with_facts(
     field: InvalidField, spec: Spec, operation: Operation, request: Request
 ) -> InvalidField:
-    documented = _documented(spec, operation, field.field)
+    documented = _documented(spec, operation, field.field, field.location)
     if documented is None:
         return field.model_copy(update={"documented": False})
     pointer, schema, location = documented
@@ -230,6 +247,8 @@ def _with_facts(
     suggested = field.suggested_value
     if suggested is None and isinstance(allowed, Mapping):
         suggested = facts.suggest(allowed, received)
+    if suggested is None and schema is not None:  # what the document itself offers
+        suggested = _scalar(facts.documented_example(schema, spec.document))
     return field.model_copy(
         update={
             "allowed_values": allowed,
@@ -239,6 +258,20 @@ def _with_facts(
             "documented": True,
         }
     )
+
+
+#: The longest documented example string offered as a suggestion.
+_EXAMPLE_MAX = 200
+
+
+def _scalar(value: Any) -> Any:
+    """``value`` when it is a number, a boolean or a short string, else ``None`` (an example
+    object is the example request's business)."""
+    if isinstance(value, bool | int | float) or (
+        isinstance(value, str) and len(value) <= _EXAMPLE_MAX
+    ):
+        return value
+    return None
 
 
 def allow_header(allowed_values: Any) -> str | None:

@@ -193,6 +193,18 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def documented_example(schema: Any, document: Document) -> Any:
+    """The value the schema itself gives as an example (``example``, ``examples[0]``,
+    ``default``), or ``None``: nothing is made up here (``example`` builds one)."""
+    resolved = combined(schema, document)
+    if "example" in resolved:
+        return resolved["example"]
+    examples = resolved.get("examples")
+    if isinstance(examples, list) and examples:
+        return examples[0]
+    return resolved.get("default")
+
+
 def example(schema: Any, document: Document, depth: int = 0) -> Any:
     """A minimal valid value: the schema's example or default, else one built from its type with
     only the required properties."""

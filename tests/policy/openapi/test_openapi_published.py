@@ -4,6 +4,7 @@ real mock server (Stoplight Prism) and driven by real clients, behind ``mend run
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -143,17 +144,113 @@ def test_prisms_problem_gets_pointers_without_a_document(petstore: tuple[str, st
 def test_prisms_header_violation_names_the_documented_query_parameter(
     petstore: tuple[str, str, str],
 ) -> None:
-    """An empty 400 whose ``sl-violations`` header names ``status`` gets its pointer and enum."""
+    """An empty 400 whose ``sl-violations`` header names ``status.0`` (the first value of the
+    array parameter) gets its pointer, as mend's own validation names it, and the enum of the
+    array's items."""
     _, mend, _ = petstore
     response = httpx.get(
         f"{mend}/pet/findByStatus", params={"status": "bogus"}, headers=AUTH, timeout=10
     )
     assert response.status_code == 400
     error = _error(response)
-    assert error["field"] == "/status"
-    status = _fields(error)["/status"]
+    assert error["field"] == "/status/0"
+    status = _fields(error)["/status/0"]
     assert status["location"] == "query"
     assert status["allowed_values"]["enum"] == ["available", "pending", "sold"]
+    assert status["suggested_value"] == "available"
+
+
+def test_prisms_missing_required_parameters_are_each_named(
+    petstore: tuple[str, str, str],
+) -> None:
+    """``GET /user/login`` without its two required query parameters: both, in the query."""
+    _, mend, plain = petstore
+    for base in (mend, plain):
+        error = _error(httpx.get(f"{base}/user/login", headers=AUTH, timeout=10))
+        assert [(f["field"], f["location"]) for f in error["invalid_fields"]] == [
+            ("/username", "query"),
+            ("/password", "query"),
+        ]
+
+
+def test_prisms_nested_and_indexed_body_members_keep_every_segment(
+    petstore: tuple[str, str, str],
+) -> None:
+    """``photoUrls.0`` and ``tags.0.id`` are ``/photoUrls/0`` and ``/tags/0/id``, documented."""
+    _, mend, plain = petstore
+    body = {"name": "rex", "photoUrls": [5], "tags": [{"id": "a"}]}
+    for base in (mend, plain):
+        response = httpx.post(f"{base}/pet", json=body, headers=AUTH, timeout=10)
+        fields = _fields(_error(response))
+        assert set(fields) == {"/photoUrls/0", "/tags/0/id"}
+        assert all(f["location"] == "body" for f in fields.values())
+    fields = _fields(_error(httpx.post(f"{mend}/pet", json=body, headers=AUTH, timeout=10)))
+    assert fields["/tags/0/id"]["allowed_values"] == {"type": "integer", "format": "int64"}
+    assert fields["/photoUrls/0"]["documented"] is True
+
+
+@pytest.fixture(scope="module")
+def github(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str]]:
+    """Prism mocking GitHub's document; ``mend run`` in front with it and without: three
+    URLs."""
+    logs = tmp_path_factory.mktemp("github")
+    path = document("github")
+    with (
+        prism(path, logs / "prism.log") as upstream,
+        mend_run("--upstream", upstream, "--openapi", str(path), log=logs / "mend.log") as mend,
+        mend_run("--upstream", upstream, log=logs / "plain.log") as plain,
+    ):
+        yield upstream, mend, plain
+
+
+#: GitHub requests Prism refuses, and (pointer, location, the document's enum or None) of every
+#: violation it names in ``sl-violations`` (its body is the document's example error).
+GITHUB_CASES = [
+    (
+        "/repos/o/r/issues?state=bogus&direction=up",
+        [
+            ("/state", "query", ["open", "closed", "all"]),
+            ("/direction", "query", ["asc", "desc"]),
+        ],
+    ),
+    (
+        "/search/labels?q=x&repository_id=1&sort=bogus&order=up&per_page=abc",
+        [
+            ("/sort", "query", ["created", "updated"]),
+            ("/order", "query", ["desc", "asc"]),
+            ("/per_page", "query", None),
+        ],
+    ),
+    ("/search/labels", [("/repository_id", "query", None), ("/q", "query", None)]),
+    (
+        "/repos/o/r/pulls?state=bogus&sort=bogus",
+        [
+            ("/state", "query", ["open", "closed", "all"]),
+            ("/sort", "query", ["created", "updated", "popularity", "long-running"]),
+        ],
+    ),
+]
+
+
+@pytest.mark.slow  # Prism reads GitHub's 13 MB document in about ten seconds
+@pytest.mark.parametrize(("path", "expected"), GITHUB_CASES)
+def test_prisms_answers_on_githubs_document_get_every_pointer_and_enum(
+    github: tuple[str, str, str], path: str, expected: list[tuple[str, str, list[str] | None]]
+) -> None:
+    """Every violation Prism names is an invalid field, in the query, the document's enum its
+    ``allowed_values``; without the document, the same pointers and locations."""
+    _, mend, plain = github
+    error = _error(httpx.get(f"{mend}{path}", timeout=10))
+    assert error["rule"] == "prism.sl_violations"
+    fields = [(f["field"], f["location"]) for f in error["invalid_fields"]]
+    assert fields == [(pointer, location) for pointer, location, _ in expected]
+    for field, (_, _, enum) in zip(error["invalid_fields"], expected, strict=True):
+        assert field["documented"] is True
+        assert (field["allowed_values"] or {}).get("enum") == enum
+        if enum is not None:
+            assert field["suggested_value"] in enum
+    bare = _error(httpx.get(f"{plain}{path}", timeout=10))
+    assert [(f["field"], f["location"]) for f in bare["invalid_fields"]] == fields
 
 
 def test_prisms_lowercased_path_parameter_is_named_as_documented(
@@ -360,6 +457,133 @@ def _compare(case: Any, upstream: str, mend: str, counts: dict[str, int]) -> Non
         counts["error"] += 1
         envelope = Envelope.model_validate(proxied.json()["error"])
         assert envelope.upstream_status == direct.status_code
+
+
+_REQUIRED = re.compile(r"required property '([^']+)'")
+_ALLOWED = "must be equal to one of the allowed values: "
+
+
+def _named_by_prism(response: httpx.Response) -> list[tuple[str, str, list[str] | None]]:
+    """(pointer, location, enum) of every violation Prism names (its ``sl-violations`` header,
+    else its problem's ``validation[]``), read here as its format says, independently of mend:
+    the location list after ``request`` and the location is the pointer, a missing required
+    property is under it, and the enum is the one its message lists."""
+    header = response.headers.get("sl-violations")
+    if header is not None:
+        violations = json.loads(header)
+    elif response.headers.get("content-type", "").startswith("application/problem+json"):
+        violations = response.json().get("validation") or []
+    else:
+        return []
+    out = []
+    for violation in violations:
+        if not violation.get("location"):  # about the request as a whole (its media type)
+            continue
+        location = [str(s) for s in violation["location"]]
+        if location[:1] == ["request"]:
+            location = location[1:]
+        if not location:  # the request as a whole
+            continue
+        where, segments = location[0], location[1:]
+        message = violation["message"]
+        if violation["code"] == "required" and (found := _REQUIRED.search(message)):
+            segments = [*segments, found.group(1)]
+        enum = message.split(_ALLOWED, 1)[1].split(", ") if _ALLOWED in message else None
+        pointer = "".join("/" + s.replace("~", "~0").replace("/", "~1") for s in segments)
+        out.append((pointer, where, enum))
+    return out
+
+
+def _named_by_mend(error: dict[str, Any]) -> list[tuple[str, str, list[str] | None]]:
+    out = []
+    for field in error["invalid_fields"]:
+        enum = (field["allowed_values"] or {}).get("enum")
+        out.append((field["field"], field["location"], None if enum is None else enum))
+    return out
+
+
+def _same(prism: tuple[str, str, Any], mend: tuple[str, str, Any]) -> bool:
+    """One violation alike: its pointer (a parameter's name regardless of case: Prism says
+    ``petid`` for ``petId``), its location, and the enum Prism lists as the one mend offers."""
+    pointer, where, enum = prism
+    if where != "body":
+        pointer, other = pointer.lower(), mend[0].lower()
+    else:
+        other = mend[0]
+    offered = None if mend[2] is None else [str(v) for v in mend[2]]
+    return (pointer, where) == (other, mend[1]) and (enum is None or enum == offered)
+
+
+def _check_pointers(case: Any, upstream: str, mend: str, counts: dict[str, int]) -> None:
+    try:
+        direct = _exchange(case, upstream)
+    except httpx.TimeoutException:  # Prism never answers some malformed requests
+        return
+    expected = _named_by_prism(direct) if direct.status_code in (400, 422) else []
+    if not expected:
+        return
+    error = _error(_exchange(case, mend))
+    got = _named_by_mend(error)
+    assert len(got) == len(expected), (case.path, expected, got)
+    for prism_says, mend_says in zip(expected, got, strict=True):
+        assert _same(prism_says, mend_says), (case.method, case.path, prism_says, mend_says)
+        assert error["invalid_fields"][got.index(mend_says)]["documented"] is True
+    counts["violations"] += len(expected)
+    counts["enums"] += sum(1 for *_, enum in expected if enum is not None)
+
+
+def _sweep(path: Path, upstream: str, mend: str, wanted: Any, per_operation: int) -> dict[str, int]:
+    """Schemathesis' invalid requests for the operations ``wanted`` picks, to Prism directly
+    and through mend: every violation Prism names is the envelope's, pointer, location, enum."""
+    counts = {"violations": 0, "enums": 0}
+    for result in schemathesis.openapi.from_path(str(path)).get_all_operations():
+        operation: Any = result.ok()  # type: ignore[union-attr]  # an Err raises: a test error
+        if not wanted(operation):
+            continue
+        try:
+            _generate(
+                operation,
+                per_operation,
+                lambda case: _check_pointers(case, upstream, mend, counts),
+                GenerationMode.NEGATIVE,
+            )
+        except Unsatisfiable:  # an operation with nothing to get wrong
+            continue
+    return counts
+
+
+@pytest.mark.slow  # about 200 invalid requests, each sent twice
+def test_every_pointer_and_enum_prism_names_on_petstore(petstore: tuple[str, str, str]) -> None:
+    upstream, mend, _ = petstore
+    counts = _sweep(document("petstore"), upstream, mend, lambda op: True, 10)
+    print(f"Petstore: {counts}")
+    assert counts["violations"] > 20
+    assert counts["enums"] > 0
+
+
+#: GitHub operations with enums and required parameters in the query.
+GITHUB_SWEPT = {
+    ("GET", "/repos/{owner}/{repo}/issues"),
+    ("GET", "/repos/{owner}/{repo}/pulls"),
+    ("GET", "/search/labels"),
+    ("GET", "/user/repos"),
+    ("GET", "/orgs/{org}/repos"),
+}
+
+
+@pytest.mark.slow  # Prism reads GitHub's 13 MB document in about ten seconds
+def test_every_pointer_and_enum_prism_names_on_github(github: tuple[str, str, str]) -> None:
+    upstream, mend, _ = github
+    counts = _sweep(
+        document("github"),
+        upstream,
+        mend,
+        lambda op: (op.method.upper(), op.path) in GITHUB_SWEPT,
+        15,
+    )
+    print(f"GitHub: {counts}")
+    assert counts["violations"] > 20
+    assert counts["enums"] > 5
 
 
 @pytest.mark.parametrize(

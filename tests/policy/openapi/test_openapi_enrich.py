@@ -81,8 +81,9 @@ def _enriched(spec: Spec, *fields: InvalidField, query: str = "") -> Envelope:
         rule="r",
         invalid_fields=fields,
     )
-    pairs = [tuple(p.split("=", 1)) for p in query.split("&") if p]
-    request = Request("POST", "/issues", MultiDict(pairs), CIMultiDict())
+    pairs = [p.partition("=") for p in query.split("&") if p]
+    params: MultiDict[str] = MultiDict((name, value) for name, _, value in pairs)
+    request = Request("POST", "/issues", params, CIMultiDict())
     return enrich(envelope, spec, ROOT, request)
 
 

@@ -154,23 +154,30 @@ class Retrier:
         budget, name = self.budget, route.name
         budget.enter(name)
         try:
-            try:
-                await attempt(flow, kept.send() if kept is not None else None)
-                return
-            except Again as again:
-                retry = again.retry
-            except ProxyFailure as failure:
-                if (decided := await self._failed(flow, tries, failure)) is None:
-                    raise
-                retry = decided
-            await self._retries(flow, tries, attempt, retry)
+            retry = await self._try(flow, tries, attempt)
+            if retry is not None:
+                await self._retries(flow, tries, attempt, retry)
         finally:
             budget.leave(name)
+
+    async def _try(self, flow: Flow, tries: Tries, attempt: Attempt) -> Retry | None:
+        """One try: the retry to make after it, or ``None`` when it was answered (a failure not
+        retried is raised, to be answered as mend's own)."""
+        kept = tries.kept
+        try:
+            await attempt(flow, kept.send() if kept is not None else None)
+        except Again as again:
+            return again.retry
+        except ProxyFailure as failure:
+            if (decided := await self._failed(flow, tries, failure)) is None:
+                raise
+            return decided
+        return None
 
     async def _retries(self, flow: Flow, tries: Tries, attempt: Attempt, retry: Retry) -> None:
         """Try again while the policy says so; ``retry`` is the retry under way (its place in
         the budget given back once it ended)."""
-        route, kept = flow.exchange.route, tries.kept
+        route = flow.exchange.route
         while True:
             try:
                 await asyncio.sleep(retry.wait_s)
@@ -178,21 +185,16 @@ class Retrier:
                 await self._still_closed(flow, retry)
                 tries.count += 1
                 try:
-                    await attempt(flow, kept.send() if kept is not None else None)
-                except Again as again:
-                    following = again.retry
-                except ProxyFailure as failure:
-                    decided = await self._failed(flow, tries, failure)
-                    if decided is None:
-                        self._ended(route, retry, "failed")
-                        raise
-                    following = decided
-                else:
-                    self._ended(route, retry, "failed" if flow.envelope else "succeeded")
-                    return
-                self._ended(route, retry, "failed")
+                    following = await self._try(flow, tries, attempt)
+                except ProxyFailure:
+                    self._ended(route, retry, "failed")
+                    raise
             finally:
                 self.budget.give(route)
+            failed = following is not None or flow.envelope is not None
+            self._ended(route, retry, "failed" if failed else "succeeded")
+            if following is None:
+                return
             retry = following
 
     async def _still_closed(self, flow: Flow, retry: Retry) -> None:

@@ -13,6 +13,7 @@ from proxy.observation.metrics import Metrics
 from proxy.policy.crosscall.circuit import Blocked, open_answer
 from proxy.policy.evaluate import Answer, Evaluation, described, rewrite
 from proxy.policy.exchange import Exchange
+from proxy.policy.protocols.base import Protocol
 from proxy.policy.protocols.detect import Detector
 from proxy.policy.retry_safety import RetrySafety
 from proxy.policy.rulecheck import OWN_FAILURE_VARS
@@ -41,16 +42,23 @@ class OwnFailures:
         """The envelope of ``failure``, in the agent's protocol when it speaks one."""
         if failure.upstream:
             self.metrics.upstream_failures.labels(exchange.route, failure.reason).inc()
-        evaluation = self.evaluation(flow, exchange, failure)
-        protocol = self.detector.resolve(flow.call) if flow.call is not None else None
-        if protocol is None or flow.call is None:
+        call = flow.call
+        protocol = self.detector.resolve(call) if call is not None else None
+        evaluation = self._evaluation(flow, exchange, failure, protocol)
+        if protocol is None or call is None:
             return Answer(None, [evaluation])
-        rendered = protocol.render_whole(flow.call, evaluation.envelope, failure.status)
+        rendered = protocol.render_whole(call, evaluation.envelope, failure.status)
         return Answer(rendered, [evaluation], protocol)
 
     def evaluation(self, flow: Flow, exchange: Exchange, failure: ProxyFailure) -> Evaluation:
         """The envelope of ``failure`` as built, counted nowhere: what the agent would get, and
         what a retry policy asks before sending the request again (``runtime/retries.py``)."""
+        protocol = self.detector.resolve(flow.call) if flow.call is not None else None
+        return self._evaluation(flow, exchange, failure, protocol)
+
+    def _evaluation(
+        self, flow: Flow, exchange: Exchange, failure: ProxyFailure, protocol: Protocol | None
+    ) -> Evaluation:
         exchange.status = None
         exchange.applied = failure.applied
         rule = flow.generation.loaded.engine.own[failure.rule]
@@ -58,7 +66,6 @@ class OwnFailures:
         for name in OWN_FAILURE_VARS & failure.context.keys():
             found[name] = failure.context[name]
         call = flow.call
-        protocol = self.detector.resolve(call) if call is not None else None
         if protocol is not None and call is not None:
             described(protocol, call, exchange)
         if failure.applied == "unknown":

@@ -122,25 +122,52 @@ class Verdict:
 _PREFILTER_MIN = 8
 
 
-class BodyPrefilter:
-    """All body regexes of a status bucket in one RE2 set, run once per response.
+class BodyPatterns:
+    """Every body regex of an engine's rule sets in one RE2 set, compiled at its first use.
 
     A rule whose body regex the set did not see match cannot match, so it is skipped without
     running anything: a thousand body rules for one status cost one pass over the body.
+
+    One set for all of them, not one per status bucket: the buckets of the shipped packs
+    share most of their regexes, and a set costs about 1 MB of RE2 program and 15 ms to
+    compile (19 of them were 18 MB and 0.3 s of every start, issue 43). Compiled when the first
+    response needs it, so a sidecar that never sees an error never pays for it; each bucket
+    keeps the hits among its own regexes only.
     """
 
-    def __init__(self, rules: Sequence[Rule]) -> None:
-        opts = options()
-        opts.max_mem = 64 << 20  # the set's DFA grows with the number of patterns
-        self._set = re2.Set.SearchSet(opts)
+    __slots__ = ("_set", "slots")
+
+    def __init__(self) -> None:
         self.slots: dict[str, int] = {}
-        for rule in rules:
-            if rule.body_pattern is not None and rule.id not in self.slots:
-                self.slots[rule.id] = self._set.Add(rule.body_pattern)
-        self._set.Compile()
+        self._set: Any = None
+
+    def slot(self, pattern: str) -> int:
+        """The slot of ``pattern`` in the set, added if it is new (only before the first use)."""
+        known = self.slots.get(pattern)
+        if known is None:
+            if self._set is not None:
+                raise RuntimeError("a body pattern added after the set was compiled")
+            known = self.slots[pattern] = len(self.slots)
+        return known
+
+    @property
+    def compiled(self) -> bool:
+        return self._set is not None
 
     def hits(self, text: str) -> frozenset[int]:
-        return frozenset(self._set.Match(text) or ())  # None, not [], when nothing matched
+        """The slots of the regexes that match somewhere in ``text``."""
+        compiled = self._set if self._set is not None else self._compile()
+        return frozenset(compiled.Match(text) or ())  # None, not [], when nothing matched
+
+    def _compile(self) -> Any:
+        opts = options()
+        opts.max_mem = 64 << 20  # the set's DFA grows with the number of patterns
+        compiled = re2.Set.SearchSet(opts)
+        for pattern in self.slots:  # in slot order: RE2 numbers patterns as they are added
+            compiled.Add(pattern)
+        compiled.Compile()
+        self._set = compiled
+        return compiled
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,26 +179,32 @@ class _Bucket:
     rule: a thousand body rules for one status made each request pay for a thousand.
     """
 
-    prefilter: BodyPrefilter
+    prefilter: BodyPatterns
     always: tuple[tuple[int, Rule], ...]
     by_slot: dict[int, tuple[tuple[int, Rule], ...]]
+    own: frozenset[int]
 
     @classmethod
-    def build(cls, rules: Sequence[Rule], prefilter: BodyPrefilter) -> _Bucket:
+    def build(cls, rules: Sequence[Rule], prefilter: BodyPatterns) -> _Bucket:
         always: list[tuple[int, Rule]] = []
         by_slot: dict[int, list[tuple[int, Rule]]] = {}
         for position, rule in enumerate(rules):
             if rule.body_pattern is None:
                 always.append((position, rule))
             else:
-                by_slot.setdefault(prefilter.slots[rule.id], []).append((position, rule))
-        return cls(prefilter, tuple(always), {k: tuple(v) for k, v in by_slot.items()})
+                by_slot.setdefault(prefilter.slot(rule.body_pattern), []).append((position, rule))
+        own = frozenset(by_slot)
+        return cls(prefilter, tuple(always), {k: tuple(v) for k, v in by_slot.items()}, own)
+
+    def hits(self, text: str) -> frozenset[int]:
+        """The slots of this bucket's regexes that match in ``text``."""
+        return self.prefilter.hits(text) & self.own
 
     def candidates(self, hits: frozenset[int]) -> list[Rule]:
         """The rules that can match a text the prefilter saw ``hits`` in, in rule order."""
         chosen = [*self.always]
         for slot in hits:
-            chosen.extend(self.by_slot.get(slot, ()))
+            chosen.extend(self.by_slot[slot])
         chosen.sort(key=_position)
         return [rule for _, rule in chosen]
 
@@ -277,6 +310,32 @@ def _memory(rules: Iterable[Rule]) -> MatchMemory | None:
     return MatchMemory(tuple(sorted(headers)), tuple(sorted(asked)))
 
 
+def _arranged(
+    index: dict[int, list[Rule]], shared: BodyPatterns
+) -> tuple[dict[int, tuple[Rule, ...]], dict[int, _Bucket], dict[int, frozenset[str]]]:
+    """Per status: its rules, its prefiltered bucket (when it has enough body regexes), and the
+    key paths its rules require. Statuses with the same rules share one of each: the 4xx and
+    5xx of the shipped packs are a few distinct lists, and a copy per status was 4 MB."""
+    buckets: dict[int, tuple[Rule, ...]] = {}
+    prefiltered: dict[int, _Bucket] = {}
+    required: dict[int, frozenset[str]] = {}
+    seen: dict[tuple[int, ...], int] = {}  # the rules' identities -> the first status with them
+    for status, rules in index.items():
+        first = seen.setdefault(tuple(map(id, rules)), status)
+        if first != status:
+            buckets[status], required[status] = buckets[first], required[first]
+            if first in prefiltered:
+                prefiltered[status] = prefiltered[first]
+            continue
+        bucket = buckets[status] = tuple(rules)
+        required[status] = frozenset(
+            path for rule in bucket for need in rule.requires for path in need
+        )
+        if sum(rule.body_pattern is not None for rule in bucket) >= _PREFILTER_MIN:
+            prefiltered[status] = _Bucket.build(bucket, shared)
+    return buckets, prefiltered, required
+
+
 def _wanted_on_success(rule_id: str, globs: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(rule_id, g) for g in globs)
 
@@ -304,11 +363,13 @@ class RuleSet:
         rules: Iterable[Rule],
         success_rules: Sequence[str] = (),
         protocol_rules: Sequence[str] | None = PROTOCOL_RULES,
+        patterns: BodyPatterns | None = None,
     ) -> RuleSet:
         """The rule set; ``success_rules`` are globs of rule ids to run on 2xx responses, and
-        ``protocol_rules`` those to run on 2xx protocol units (``None``: no unit view)."""
+        ``protocol_rules`` those to run on 2xx protocol units (``None``: no unit view).
+        ``patterns``: the body regex set it shares with other rule sets (an engine's routes)."""
         ordered = tuple(rules)
-        shared: dict[tuple[str, ...], BodyPrefilter] = {}
+        shared = BodyPatterns() if patterns is None else patterns
         units = None
         if protocol_rules is not None:
             unit_globs = (*success_rules, *protocol_rules)
@@ -322,7 +383,7 @@ class RuleSet:
         cls,
         ordered: tuple[Rule, ...],
         on_success: Callable[[Rule], bool],
-        shared: dict[tuple[str, ...], BodyPrefilter],
+        shared: BodyPatterns,
         units: RuleSet | None,
     ) -> RuleSet:
         index: dict[int, list[Rule]] = {}
@@ -332,18 +393,7 @@ class RuleSet:
                 wanted = wanted - SUCCESS_STATUSES
             for status in wanted:
                 index.setdefault(status, []).append(rule)
-        buckets = {status: tuple(rs) for status, rs in index.items()}
-        prefiltered: dict[int, _Bucket] = {}
-        for status, bucket in buckets.items():
-            ids = tuple(r.id for r in bucket if r.body_pattern is not None)
-            if len(ids) >= _PREFILTER_MIN:
-                if ids not in shared:  # statuses of one class share their rules, so one set
-                    shared[ids] = BodyPrefilter(bucket)
-                prefiltered[status] = _Bucket.build(bucket, shared[ids])
-        required = {
-            status: frozenset(path for rule in bucket for need in rule.requires for path in need)
-            for status, bucket in buckets.items()
-        }
+        buckets, prefiltered, required = _arranged(index, shared)
         return cls(
             ordered,
             buckets,
@@ -365,7 +415,7 @@ class RuleSet:
         """The rules that can match ``exchange``, in rule order; the others are never tried."""
         status = exchange.status or 0
         bucket = self.prefiltered.get(status)
-        hits = frozenset[int]() if bucket is None else bucket.prefilter.hits(exchange.text)
+        hits = frozenset[int]() if bucket is None else bucket.hits(exchange.text)
         required = self._required.get(status)
         present = present_paths(exchange.json) & required if required else frozenset[str]()
         shape = (status, hits, present)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import gc
 import os
 import signal
@@ -70,6 +71,17 @@ def settle_heap() -> None:
     gc.unfreeze()
     gc.collect()
     gc.freeze()
+    _trim_c_heap()
+
+
+def _trim_c_heap() -> None:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere
+    nothing): reading and compiling the rules leaves about 3 MB of freed temporaries behind,
+    resident in every sidecar for nothing (issue 43)."""
+    with contextlib.suppress(OSError):
+        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+        if trim is not None:
+            trim(0)
 
 
 def settle_after_reloads(loop: asyncio.AbstractEventLoop) -> Callable[[bool, int], None]:

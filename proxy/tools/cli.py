@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from proxy import __version__
 from proxy.config.choices import ProtocolName
 from proxy.observation.logs import LEVELS
-from proxy.tools import check_command, explain_command, run_command, suggest_command
 
 if TYPE_CHECKING:  # generic for type checkers only
     #: What ``add_subparsers`` returns: each command's parser is added to it.
@@ -31,7 +31,7 @@ def _run_parser(sub: _Commands) -> None:
     """``mend run``'s flags."""
     run = sub.add_parser("run", help="run the proxy")
     _run_flags(run)
-    run.set_defaults(handler=run_command.run)
+    run.set_defaults(handler="run_command:run")
 
 
 def _run_flags(run: argparse.ArgumentParser) -> None:
@@ -155,7 +155,7 @@ def _check_parser(sub: _Commands) -> None:
     check.add_argument(
         "--no-default-packs", action="store_true", help="with --coverage: only PATHS' rules"
     )
-    check.set_defaults(handler=check_command.check)
+    check.set_defaults(handler="check_command:check")
 
 
 def _test_parser(sub: _Commands) -> None:
@@ -164,7 +164,7 @@ def _test_parser(sub: _Commands) -> None:
     test.add_argument("paths", nargs="*", help="case files or directories (default: rules/tests/)")
     test.add_argument("--rules", action="append", help="extra rule file for every case")
     test.add_argument("--no-default-packs", action="store_true", help="do not load rules/ packs")
-    test.set_defaults(handler=check_command.test)
+    test.set_defaults(handler="check_command:test")
 
 
 def _config_parser(sub: _Commands) -> None:
@@ -184,7 +184,7 @@ def _config_parser(sub: _Commands) -> None:
     )
     what.add_argument("--schema", action="store_true", help="print the config file's JSON Schema")
     _run_flags(config)
-    config.set_defaults(handler=check_command.config, usage=config.format_help)
+    config.set_defaults(handler="check_command:config", usage=config.format_help)
 
 
 def _explain_parser(sub: _Commands) -> None:
@@ -224,7 +224,7 @@ def _explain_parser(sub: _Commands) -> None:
     exp.add_argument("--no-default-packs", action="store_true", help="do not load rules/ packs")
     exp.add_argument("--all", action="store_true", help="also list rules for other statuses")
     exp.add_argument("--json", action="store_true", help="print a machine-readable report")
-    exp.set_defaults(handler=explain_command.explain)
+    exp.set_defaults(handler="explain_command:explain")
 
 
 def _suggest_parser(sub: _Commands) -> None:
@@ -245,7 +245,7 @@ def _suggest_parser(sub: _Commands) -> None:
         metavar="DIR",
         help="write DIR/<name>.yaml and DIR/tests/<name>.yaml instead of printing them",
     )
-    suggest.set_defaults(handler=suggest_command.suggest)
+    suggest.set_defaults(handler="suggest_command:suggest")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -263,10 +263,20 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _handler(target: str) -> Callable[[argparse.Namespace], int]:
+    """The function a command runs (``module:function`` of ``proxy.tools``), imported only when
+    that command runs: ``mend run`` does not load what ``mend check`` or ``suggest`` need."""
+    module, name = target.split(":")
+    handler: Callable[[argparse.Namespace], int] = getattr(
+        importlib.import_module(f"proxy.tools.{module}"), name
+    )
+    return handler
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return int(args.handler(args))
+        return int(_handler(args.handler)(args))
     except BrokenPipeError:  # `mend config --schema | head`: the reader left, nothing to say
         sys.stderr.close()
         return 0

@@ -93,8 +93,10 @@ def _widened_class(source: str, i: int) -> tuple[str, int]:
     n = len(source)
     j = i + 1
     parts = ["["]
+    inside = _INSIDE
     if j < n and source[j] == "^":
         parts.append("^")
+        inside = _INSIDE_NEGATED
         j += 1
     if j < n and source[j] == "]":
         parts.append("\\]")
@@ -104,7 +106,7 @@ def _widened_class(source: str, i: int) -> tuple[str, int]:
             escape, j = _escape_at(source, j)
             if escape in _NEGATED:
                 raise re2.error("a negated class escape inside a class")
-            parts.append(_INSIDE.get(escape, _unicode_escape(escape)))
+            parts.append(inside.get(escape, _unicode_escape(escape)))
         else:
             parts.append(source[j])
             j += 1
@@ -146,22 +148,35 @@ _TURKISH_I = r"\x{130}\x{131}"
 #: Single characters the gate spells wider: Python's ``$`` also matches before a final newline,
 #: and every i may be a Turkish one.
 _WIDENED_CHAR = {"$": "(?m:$)", "i": f"[i{_TURKISH_I}]", "I": f"[I{_TURKISH_I}]"}
-# Python's \w, \d, \s are Unicode-aware and RE2's are ASCII: spell them out so the gate is
-# never narrower. \b is dropped (an assertion removed only widens a match).
-_WORD = r"\p{L}\p{M}\p{N}_"
-_SPACE = r"\s\p{Z}\x{1c}-\x{1f}\x{85}"
+# Python's \w, \d, \s are Unicode-aware and RE2's are ASCII, so the gate spells them wider:
+# the ASCII members, and every character past ASCII. That is never narrower than Python's, and
+# a class of one range past ASCII is a few RE2 instructions where \p{L}\p{M}\p{N} is thousands
+# (the gates of the shipped detectors were 8 MB of every sidecar's memory, issue 43). Only text
+# past ASCII pays, with a "maybe" where the exact class would have said no; an ASCII text (the
+# offsets ``sub`` asks for) meets the same gate as before. \b is dropped (an assertion removed only
+# widens a match).
+_PAST_ASCII = r"\x{80}-\x{10FFFF}"
+_WORD_ASCII = "0-9A-Za-z_"
+_SPACE_ASCII = r"\t\n\x0b\f\r \x{1c}-\x{1f}"
 _OUTSIDE = {
-    r"\w": f"[{_WORD}]",
-    r"\W": f"[^{_WORD}]",
-    r"\d": r"\p{Nd}",
-    r"\D": r"\P{Nd}",
-    r"\s": f"[{_SPACE}]",
-    r"\S": f"[^{_SPACE}]",
+    r"\w": f"[{_WORD_ASCII}{_PAST_ASCII}]",
+    r"\W": f"[^{_WORD_ASCII}]",
+    r"\d": f"[0-9{_PAST_ASCII}]",
+    r"\D": "[^0-9]",
+    r"\s": f"[{_SPACE_ASCII}{_PAST_ASCII}]",
+    r"\S": f"[^{_SPACE_ASCII}]",
     r"\b": "",
     r"\B": "",
     r"\Z": r"\z",
 }
-_INSIDE = {r"\w": _WORD, r"\d": r"\p{Nd}", r"\s": _SPACE}
+#: Inside a class: wide in a plain one; in a negated one, the ASCII members only, so that what
+#: the class excludes is never more than Python's does (its complement never narrower).
+_INSIDE = {
+    r"\w": _WORD_ASCII + _PAST_ASCII,
+    r"\d": "0-9" + _PAST_ASCII,
+    r"\s": _SPACE_ASCII + _PAST_ASCII,
+}
+_INSIDE_NEGATED = {r"\w": _WORD_ASCII, r"\d": "0-9", r"\s": _SPACE_ASCII}
 _NEGATED = frozenset({r"\W", r"\D", r"\S"})
 
 
@@ -206,10 +221,11 @@ class GatedPattern:
         try:
             source = re2_source(compiled.pattern)
             widened = f"(?{flags}){source}" if flags else source
-            self._gate: Linear | None = Linear(compile_re2(widened))
             offsets = options()
-            offsets.never_capture = True  # only where a match starts: the DFA alone finds it
-            self._at: Any = compile_re2(widened, offsets)._regexp  # for offsets into bytes
+            offsets.never_capture = True  # whether, and where a match starts: the DFA finds it
+            starts = compile_re2(widened, offsets)
+            self._gate: Linear | None = Linear(starts)
+            self._at: Any = starts._regexp  # for offsets into bytes
         except re2.error:
             self._gate = None  # backreferences and the like: no gate, always run
             self._at = None

@@ -592,6 +592,14 @@ def test_is_internal_header(name: str, internal: bool) -> None:
         (r"\u2014\s+at\b", "x \u2014  at y"),
         (r"(?:[^-]|-(?!----END))*+-----END", "abc-----END"),
         (r"(?>ab|a)c", "abc"),
+        (r"id=\d{3}", "id=\u0661\u0662\u0663"),  # Arabic-Indic digits are \d to re
+        (r"a\sb", "a\u2003b"),  # an em space is \s
+        (r"x[^\s]y", "x\u00f1y"),  # a negated class keeps what is past ASCII
+        (r"x[^\w]y", "x\u2014y"),
+        (r"x[^\d]y", "x\u00bdy"),  # ½ is a number but not a decimal digit
+        (r"x\Wy", "x\u3000y"),
+        (r"x\Sy", "x\u0131y"),
+        (r"(?i)k\w+", "\u212aelvin"),  # the Kelvin sign folds to k
     ],
 )
 def test_re2_gate_never_rejects_what_the_pattern_matches(pattern: str, text: str) -> None:

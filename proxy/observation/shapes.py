@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from proxy.policy.regex import Linear, linear
+from proxy.policy.regex import Linear, deferred
 
 #: the JSON structure is read this deep, and this many key paths at most
 MAX_DEPTH = 3
@@ -45,16 +45,16 @@ _SAMPLE_PREFIXES = (
 
 # the variable parts of a line, masked so answers that differ only in them are one shape
 _MASKS: tuple[tuple[Linear, str], ...] = (
-    (linear(r'"[^"]{0,200}"|\'[^\']{0,200}\''), '"..."'),
+    (deferred(r'"[^"]{0,200}"|\'[^\']{0,200}\''), '"..."'),
     (
-        linear(r"(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"),
+        deferred(r"(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"),
         "<id>",
     ),
-    (linear(r"(?i)\b[0-9a-f]{12,}\b"), "<id>"),
-    (linear(r"\d+(?:[.:]\d+)*"), "<n>"),
+    (deferred(r"(?i)\b[0-9a-f]{12,}\b"), "<id>"),
+    (deferred(r"\d+(?:[.:]\d+)*"), "<n>"),
 )
-_TITLE = linear(r"(?is)<title[^>]{0,200}>\s*([^<]{0,400})")
-_SPACE = linear(r"\s+")
+_TITLE = deferred(r"(?is)<title[^>]{0,200}>\s*([^<]{0,400})")
+_SPACE = deferred(r"\s+")
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from proxy.policy import upstream_detail as detail
 from proxy.policy.compiled_envelope import DEFAULT_ACTION, CompiledEnvelope
 from proxy.policy.envelope import Action, Category, Envelope, InvalidField, made, revised
 from proxy.policy.exchange import Exchange
-from proxy.policy.regex import linear
+from proxy.policy.regex import deferred
 from proxy.policy.resend import (
     AMBIGUOUS_STATUSES,
     KEY_SENTENCE,
@@ -290,7 +290,7 @@ def _wait(from_rule: Any, exchange: Exchange, options: BuildOptions) -> int:
 
 #: RE2: parentheses a template left empty ("unavailable ({{ message }})" of a message the
 #: redactor removed whole), with the space before them.
-_EMPTY_PARENS = linear(r"\s*\(\s*\)")
+_EMPTY_PARENS = deferred(r"\s*\(\s*\)")
 
 
 def _filled(rendered: Any) -> str:

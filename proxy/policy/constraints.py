@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from proxy.policy.regex import linear
+from proxy.policy.regex import deferred
 
 _NUM = r"(-?\d+(?:\.\d+)?)"
 #: A number of characters, items or digits is a length, not a value bound.
@@ -168,7 +168,7 @@ def _from_reason(reason: str) -> dict[str, Any] | None:
 
 
 #: A reason that says the value is an integer.
-_INTEGER = linear(r"(?i)\b(?:integers?|whole numbers?|int(?:32|64)?)\b")
+_INTEGER = deferred(r"(?i)\b(?:integers?|whole numbers?|int(?:32|64)?)\b")
 
 
 def from_context(ctx: Any) -> dict[str, Any] | None:

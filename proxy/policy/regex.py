@@ -52,32 +52,45 @@ class Match(Protocol):
 
 
 class Linear:
-    """A compiled RE2 pattern, ``search`` and ``fullmatch`` as in ``re``; linear in the text."""
+    """A compiled RE2 pattern, ``search`` and ``fullmatch`` as in ``re``; linear in the text.
 
-    __slots__ = ("_re2",)
+    Made from a compiled pattern (``linear``), or from its source (``deferred``), compiled when
+    it is first used.
+    """
 
-    def __init__(self, compiled: Any) -> None:
+    __slots__ = ("_re2", "source")
+
+    def __init__(self, compiled: Any = None, source: str = "") -> None:
         self._re2 = compiled
+        self.source = source
+
+    def _compiled(self) -> Any:
+        if self._re2 is None:
+            self._re2 = compile_re2(self.source)
+        return self._re2
 
     def search(self, text: str) -> Match | None:
+        compiled = self._re2 or self._compiled()
         try:
-            return cast("Match | None", self._re2.search(text))
+            return cast("Match | None", compiled.search(text))
         except UnicodeEncodeError:
-            return cast("Match | None", self._re2.search(encodable(text)))
+            return cast("Match | None", compiled.search(encodable(text)))
 
     def fullmatch(self, text: str) -> Match | None:
+        compiled = self._re2 or self._compiled()
         try:
-            return cast("Match | None", self._re2.fullmatch(text))
+            return cast("Match | None", compiled.fullmatch(text))
         except UnicodeEncodeError:
-            return cast("Match | None", self._re2.fullmatch(encodable(text)))
+            return cast("Match | None", compiled.fullmatch(encodable(text)))
 
     def sub(self, replacement: str, text: str) -> str:
         """Every match in ``text`` replaced by ``replacement`` (taken literally)."""
+        compiled = self._re2 or self._compiled()
         literal = replacement.replace("\\", "\\\\")
         try:
-            return cast(str, self._re2.sub(literal, text))
+            return cast(str, compiled.sub(literal, text))
         except UnicodeEncodeError:
-            return cast(str, self._re2.sub(literal, encodable(text)))
+            return cast(str, compiled.sub(literal, encodable(text)))
 
 
 def escape(text: str) -> str:
@@ -87,7 +100,16 @@ def escape(text: str) -> str:
 
 def linear(pattern: str) -> Linear:
     """``pattern`` (RE2 syntax) compiled; raises ``re2.error`` when RE2 cannot compile it."""
-    return Linear(compile_re2(pattern))
+    return Linear(compile_re2(pattern), pattern)
+
+
+def deferred(pattern: str) -> Linear:
+    """``pattern`` (RE2 syntax), compiled when it is first used: for mend's own patterns, fixed
+    in its source (``tests/policy/test_regex_deferred.py`` compiles every one), so that those of
+    a path a deployment never takes cost it nothing. Counted repetitions are expanded into RE2's
+    program: ``\\S{1,1000}`` alone is about 1 MB (issue 43). Operators' patterns use ``linear``,
+    whose error names them at load."""
+    return Linear(None, pattern)
 
 
 class TriggerSet:

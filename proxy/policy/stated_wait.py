@@ -22,7 +22,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from proxy.policy.exchange import Exchange
-from proxy.policy.regex import linear
+from proxy.policy.regex import deferred
 from proxy.policy.retry import reset_seconds
 from proxy.policy.template import duration_ms
 
@@ -40,7 +40,7 @@ TEXT_SCANNED = 16384
 #: Longest first: RE2 prefers the first alternative that lets the whole pattern match.
 _UNIT = r"(?:milliseconds?|ms|minutes?|mins?|m|seconds?|secs?|s|hours?|hrs?|h)"
 _AMOUNT = rf"\d{{1,9}}(?:\.\d{{1,6}})?\s?{_UNIT}"
-_SENTENCE = linear(
+_SENTENCE = deferred(
     r"(?i)\b(?:try again|retry|wait)(?: after| in| for)?\s{1,3}"
     rf"({_AMOUNT}(?:\s?{_AMOUNT}){{0,3}})\b"
 )

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from proxy.policy.regex import linear
+from proxy.policy.regex import deferred
 
 MAX_MEMBERS = 12
 MAX_STRING = 200
@@ -51,7 +51,7 @@ _INTERNAL_NAMES = frozenset(
     }
 )
 #: The same, for a name that is not ASCII (RE2's case folding: U+017F, the long s, is an s)
-_INTERNAL = linear(rf"(?i)^(?:{'|'.join(sorted(_INTERNAL_NAMES))})$")
+_INTERNAL = deferred(rf"(?i)^(?:{'|'.join(sorted(_INTERNAL_NAMES))})$")
 #: Members that name the error; the summary leads with the first one present.
 _LEADS = ("code", "error", "error_code", "errorCode", "type", "reason", "status_text")
 #: A message that is only an identifier ("item_locked", "E_LOCKED"), not a sentence. ``re``,
@@ -85,8 +85,8 @@ _PLAIN = frozenset(
 _CONTAINERS = ("detail", "error", "errors")
 
 #: Werkzeug / Flask's error page: the paragraph after the heading is the description.
-_PARAGRAPH = linear(r"(?is)<h1[^>]*>([^<]{1,120})</h1>\s*<p[^>]*>([^<]{1,400})</p>")
-_STATUS_LINE = linear(r"^\s*(\d{3})?\s*([A-Za-z][A-Za-z' -]{0,60}?)\s*$")
+_PARAGRAPH = deferred(r"(?is)<h1[^>]*>([^<]{1,120})</h1>\s*<p[^>]*>([^<]{1,400})</p>")
+_STATUS_LINE = deferred(r"^\s*(\d{3})?\s*([A-Za-z][A-Za-z' -]{0,60}?)\s*$")
 
 
 def _container(document: Any) -> dict[str, Any] | None:

@@ -9,7 +9,7 @@ from typing import Any
 from proxy.policy import upstream_detail as detail
 from proxy.policy.exchange import Exchange
 from proxy.policy.protocols import arguments
-from proxy.policy.regex import linear
+from proxy.policy.regex import deferred
 from proxy.policy.shorten import shortened
 
 #: Template variables read straight off the exchange (``protocol``, ``rpc_method``, ``tool``: what
@@ -127,12 +127,12 @@ def _message_from_json(doc: Any) -> str | None:
 
 #: RE2: ``[^>]*`` restarts at every ``<title`` of a body, so ``re`` took time quadratic in it.
 #: ``re.I`` folds i with U+0130 and U+0131 (Turkish i), RE2 does not: spelled out, same match.
-_HTML_TITLE = linear(r"(?i)<(?:t[i\x{130}\x{131}]tle|h1)[^>]*>([^<]{1,300})<")
+_HTML_TITLE = deferred(r"(?i)<(?:t[i\x{130}\x{131}]tle|h1)[^>]*>([^<]{1,300})<")
 
 
 #: RE2: an XML error's first message, detail, description, reason or faultstring element (any
 #: namespace prefix), its text up to 300 characters.
-_XML_MESSAGE = linear(
+_XML_MESSAGE = deferred(
     r"<(?:[\w.-]{1,64}:)?(?i:message|detail|description|reason|faultstring|title)"
     r"(?:\s[^>]{0,512})?>([^<]{1,300})<"
 )

@@ -24,7 +24,7 @@ import orjson
 import yaml
 
 from proxy.observation.shapes import Seen
-from proxy.policy.regex import Linear, linear
+from proxy.policy.regex import Linear, deferred
 
 #: keys that carry an error's message, best first (the world's APIs: Stripe, OAuth 2.0, Slack,
 #: WeChat, Google, RFC 9457, Spring, FastAPI, Rails...)
@@ -71,21 +71,21 @@ WAIT_KEYS = ("retry_after", "retryAfter", "retry_after_seconds", "wait", "error.
 
 #: words in a message that say more than the status did: (pattern, code, category, why)
 _WORDS: tuple[tuple[Linear, str, str, str], ...] = (
-    (linear(r"(?i)not found|no such|does not exist|unknown"), "RESOURCE_NOT_FOUND", "not_found",
+    (deferred(r"(?i)not found|no such|does not exist|unknown"), "RESOURCE_NOT_FOUND", "not_found",
      "the message says something does not exist"),
-    (linear(r"(?i)already exists|duplicate|conflict"), "CONFLICT", "conflict",
+    (deferred(r"(?i)already exists|duplicate|conflict"), "CONFLICT", "conflict",
      "the message says it conflicts with what exists"),
-    (linear(r"(?i)rate limit|too many requests|throttl"), "RATE_LIMITED", "rate_limit",
+    (deferred(r"(?i)rate limit|too many requests|throttl"), "RATE_LIMITED", "rate_limit",
      "the message says the caller is rate limited"),
-    (linear(r"(?i)must be|required|invalid|between|too (?:long|short|large|small)|expected"),
+    (deferred(r"(?i)must be|required|invalid|between|too (?:long|short|large|small)|expected"),
      "VALIDATION_FAILED", "validation", "the message says a value is wrong"),
 )  # fmt: skip
 #: the fallbacks' code and category by status class, for a shape whose rule is not known here
 _BY_STATUS = {4: ("CLIENT_ERROR", "validation"), 5: ("SERVER_ERROR", "internal")}
-_CONSTANT = linear(r"^[A-Za-z][A-Za-z0-9_.:-]{1,63}$")
+_CONSTANT = deferred(r"^[A-Za-z][A-Za-z0-9_.:-]{1,63}$")
 _PLACEHOLDERS = {"<n>": r"\d+(?:[.:]\d+)*", "<id>": r"[0-9A-Fa-f-]{8,}", '"..."': r'"[^"]*"'}
 _META = frozenset("\\.^$|?*+()[]{}")
-_SPLIT = linear(r'(<n>|<id>|"\.\.\.")')
+_SPLIT = deferred(r'(<n>|<id>|"\.\.\.")')
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from proxy.policy.pointer import LOCATION_PREFIXES, to_pointer
-from proxy.policy.regex import linear
+from proxy.policy.regex import deferred
 
 #: Characters of a message read.
 MAX_MESSAGE = 500
@@ -22,7 +22,7 @@ _MAX_NAMES = 12
 MAX_FIELDS = 5
 
 _NAME = r"[A-Za-z_$][\w$.\[\]-]{0,63}"
-_CANDIDATE = linear(
+_CANDIDATE = deferred(
     rf"['\"`](?P<quoted>{_NAME})['\"`]"
     rf"|(?i:property|parameter|field|attribute|key)\s+(?P<after>{_NAME})"
     rf"|(?P<before>{_NAME})\s+(?i:must|should|is required|is invalid|is not|cannot|may not)\b"

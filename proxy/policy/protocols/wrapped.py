@@ -31,7 +31,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.policy import json_depth
 from proxy.policy.exchange import NOT_JSON, Exchange
-from proxy.policy.regex import linear
+from proxy.policy.regex import deferred
 
 #: Characters of a tool's text searched for a reported answer.
 SCANNED = 64 << 10
@@ -44,7 +44,7 @@ _STATUS = r"(?P<status>[45][0-9][0-9])"
 #: them), with whether the number may be a count ("returned 500 results") unless a reason phrase,
 #: punctuation or the end follows it.
 _SAID = tuple(
-    (linear(pattern), weak)
+    (deferred(pattern), weak)
     for pattern, weak in (
         (
             rf"(?i)\b{_STATUS} (?:client|server) error: [^\n]{{0,200}}? for url: "
@@ -91,13 +91,13 @@ _HEADER_NAMES = (
     "www-authenticate",
     "content-type",
 )
-_HEADER = linear(
+_HEADER = deferred(
     rf"(?i)(?:^|[^a-z0-9-])(?P<name>{'|'.join(_HEADER_NAMES)})[\"']?[ \t]{{0,3}}[:=][ \t]{{0,3}}"
     rf"[\"']?(?P<value>[^\n\"']{{1,{VALUE_MAX}}})"
 )
-_HTTP_DATE = linear(r"^[A-Z][a-z]{2}, [0-9]{2} [A-Z][a-z]{2} [0-9]{4} [0-9:]{8} GMT")
-_NUMBER = linear(r"^[0-9]{1,12}(?:\.[0-9]{1,6})?")
-_BODY_MARK = linear(r"(?i)\b(?:response body|body|response)[ \t]{0,3}[:=][ \t]{0,3}")
+_HTTP_DATE = deferred(r"^[A-Z][a-z]{2}, [0-9]{2} [A-Z][a-z]{2} [0-9]{4} [0-9:]{8} GMT")
+_NUMBER = deferred(r"^[0-9]{1,12}(?:\.[0-9]{1,6})?")
+_BODY_MARK = deferred(r"(?i)\b(?:response body|body|response)[ \t]{0,3}[:=][ \t]{0,3}")
 _STATUS_KEYS = ("status_code", "statusCode", "status", "http_status", "httpStatus")
 _BODY_KEYS = ("body", "response", "detail", "error", "data")
 
@@ -155,7 +155,7 @@ def reported(text: str, structured: Any = None) -> Reported | None:
 
 
 #: The SDKs' prefix on a tool's error text (SDK 1.x/2.x, FastMCP): not the API's words.
-_TOOL_PREFIX = linear(r"^\s*Error (?:executing|calling) tool '?[^\s':]{1,200}'?: ")
+_TOOL_PREFIX = deferred(r"^\s*Error (?:executing|calling) tool '?[^\s':]{1,200}'?: ")
 
 
 def _words(text: str) -> str:

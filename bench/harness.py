@@ -41,10 +41,11 @@ DEBIAN_VENV = BENCH / ".venv-debian"
 
 PATHS = ("/ok", "/big", "/err500", "/err422", "/err429")
 SUCCESS_PATHS = frozenset({"/ok", "/big"})
-# Run only when named (--paths): the Spring 500 with a timestamp and an id that differ on every
-# response, as a real server's do (every other error path repeats its body byte for byte, which
-# anything mend remembers by body turns into a cache hit).
-OPTIONAL_PATHS = ("/err500-fresh",)
+# Run only when named (--paths), and by the footprint section: the error bodies with values that
+# differ on every response, as a real server's do (every other error path repeats its body byte
+# for byte, which anything mend remembers by body turns into a cache hit).
+FRESH_PATHS = ("/err500-fresh", "/err422-fresh", "/err429-fresh")
+OPTIONAL_PATHS = FRESH_PATHS
 EXPECTED_STATUS = {
     "/ok": 200,
     "/big": 200,
@@ -52,6 +53,8 @@ EXPECTED_STATUS = {
     "/err422": 422,
     "/err429": 429,
     "/err500-fresh": 500,
+    "/err422-fresh": 422,
+    "/err429-fresh": 429,
 }
 # bare-uvloop runs everywhere: mend picks uvloop when it is installed, and its fair baseline
 # is the bare proxy on the same event loop.

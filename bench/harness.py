@@ -707,7 +707,10 @@ class Harness:
         if self.opts.footprint_python:
             python = self.opts.footprint_python
             return footprint.Interpreter(
-                python, footprint.venv_of(python), "--footprint-python", footprint.proxy_env()
+                python,
+                footprint.venv_of(python),
+                "chosen with --footprint-python",
+                footprint.proxy_env(),
             )
         interp = footprint.image_python(self.opts.python)
         if interp.note:
@@ -1078,7 +1081,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         "--footprint-python",
         help="interpreter for the footprint section's mend and bare proxy (default: "
         "bench/.venv-image, built once by bench/make-image-venv as the Docker image installs "
-        "mend; .venv's interpreter when it cannot be built)",
+        "mend; --python's when it cannot be built)",
     )
     p.add_argument("--out", type=Path, help="results JSON (default bench/results/<ts>.json)")
     p.add_argument(

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import callgrind, report, rulegen, upstream
+from bench import callgrind, footprint, report, rulegen, upstream
 from bench.procs import BenchError, Proc, ProcessGroup, free_port, http_get, pinned, rss_bytes
 from bench.procs import wait_ready as _wait_ready
 from bench.wrk import WrkResult, parse_wrk
@@ -41,10 +41,11 @@ DEBIAN_VENV = BENCH / ".venv-debian"
 
 PATHS = ("/ok", "/big", "/err500", "/err422", "/err429")
 SUCCESS_PATHS = frozenset({"/ok", "/big"})
-# Run only when named (--paths): the Spring 500 with a timestamp and an id that differ on every
-# response, as a real server's do (every other error path repeats its body byte for byte, which
-# anything mend remembers by body turns into a cache hit).
-OPTIONAL_PATHS = ("/err500-fresh",)
+# Run only when named (--paths), and by the footprint section: the error bodies with values that
+# differ on every response, as a real server's do (every other error path repeats its body byte
+# for byte, which anything mend remembers by body turns into a cache hit).
+FRESH_PATHS = ("/err500-fresh", "/err422-fresh", "/err429-fresh")
+OPTIONAL_PATHS = FRESH_PATHS
 EXPECTED_STATUS = {
     "/ok": 200,
     "/big": 200,
@@ -52,6 +53,8 @@ EXPECTED_STATUS = {
     "/err422": 422,
     "/err429": 429,
     "/err500-fresh": 500,
+    "/err422-fresh": 422,
+    "/err429-fresh": 429,
 }
 # bare-uvloop runs everywhere: mend picks uvloop when it is installed, and its fair baseline
 # is the bare proxy on the same event loop.
@@ -73,6 +76,7 @@ SECTIONS = (
     "workers",
     "instructions",
     "retries",
+    "footprint",
 )
 RULE_SIZES = (10, 100, 1000)
 #: Requests counted per path under callgrind; /big moves 2 MiB each, slowly there.
@@ -83,6 +87,13 @@ RETRY_CONFIGS: dict[str, tuple[dict[str, Any] | None, tuple[str, ...]]] = {
     "retries on": (None, ("/ok", "/flaky", "/err503")),
     "retries off": ({"attempts": 1}, ("/ok", "/err503")),
 }
+
+#: issue 43's figures: fresh processes per memory figure and per start-up figure, requests
+#: before the memory figure, and the paths counted under callgrind
+FOOTPRINT_MEMORY_RUNS = 3
+FOOTPRINT_STARTUP_RUNS = 5
+FOOTPRINT_REQUESTS = 1000
+FOOTPRINT_PATHS = ("/ok", *FRESH_PATHS)
 
 LOAD_CPU = "0"
 PROXY_CPU = "1"
@@ -103,6 +114,7 @@ class Options:
     write_readme: bool
     label: str
     quick: bool
+    footprint_python: str | None = None
 
 
 @dataclass
@@ -113,6 +125,7 @@ class Server:
     admin_port: int | None = None
     paths: tuple[str, ...] = PATHS
     ready_s: float = 0.0
+    started: float = 0.0
     rss_samples: list[int] = field(default_factory=list)
 
 
@@ -151,7 +164,13 @@ class Harness:
         cpus: str = PROXY_CPU,
         paths: tuple[str, ...] = PATHS,
         wrap: Callable[[list[str]], list[str]] | None = None,
+        interp: footprint.Interpreter | None = None,
+        wait: bool = True,
     ) -> Server:
+        """Start configuration ``name`` (under ``interp``, default ``--python``) and, when
+        ``wait``, wait until it answers; ``wait=False`` leaves the probing to the caller."""
+        python = interp.python if interp else self.opts.python
+        env = interp.env if interp else None
         port = free_port()
         admin: int | None = None
         if name == "nginx":
@@ -159,7 +178,7 @@ class Harness:
             cmd = upstream.nginx_cmd(conf)
         elif name == "bare-edge":
             cmd = [
-                self.opts.python,
+                python,
                 str(BENCH / "edge_proxy.py"),
                 "--upstream",
                 self.upstream_url,
@@ -167,7 +186,6 @@ class Harness:
                 f"127.0.0.1:{port}",
             ]
         elif name.startswith("bare"):
-            python = self.opts.python
             if name == "bare-debian":
                 python = str(DEBIAN_VENV / "bin" / "python")
             cmd = [
@@ -185,7 +203,7 @@ class Harness:
             # a --config file names its own upstream
             source = [] if "--config" in extra else ["--upstream", self.upstream_url]
             cmd = [
-                *mend_cmd(self.opts.python),
+                *mend_cmd(python),
                 *source,
                 "--listen",
                 f"127.0.0.1:{port}",
@@ -200,13 +218,15 @@ class Harness:
         if wrap is not None:
             cmd = wrap(cmd)
         start = time.monotonic()
-        proc = self.group.start(name, pinned(cmd, self.cpu(cpus)), cwd=REPO)
+        proc = self.group.start(name, pinned(cmd, self.cpu(cpus)), cwd=REPO, env=env)
+        if not wait:
+            return Server(name, port, proc, admin, paths, started=start)
         probe = (port, "/ok") if admin is None else (admin, "/readyz")
         _wait_ready(proc, *probe, timeout=patience)
         ready = time.monotonic() - start
         if admin is not None:
             _wait_ready(proc, port, "/ok", timeout=patience)
-        return Server(name, port, proc, admin, paths, ready)
+        return Server(name, port, proc, admin, paths, ready, started=start)
 
     def stop(self, server: Server) -> None:
         self.group.stop(server.proc)
@@ -556,28 +576,45 @@ class Harness:
             self.results["instructions"] = {"available": False, "reason": missing}
             return
         baseline = self.results.get("baseline") or "bare-uvloop"
-        out: dict[str, Any] = {"available": True, "baseline": baseline, "per_request": {}}
         optional = [c for c in OPTIONAL_CONFIGS if c in self.opts.configs]
-        for name in ("mend", baseline, *optional):
-            cg_out = self.tmp / f"callgrind-{name}.out"
-            wrap = functools.partial(callgrind.wrap, out_file=cg_out)
-            # the file watcher's polls land in the counted window (under callgrind a request
-            # takes ~50x longer, so each poll's reads and checksums spread over few requests):
-            # off here, to count the request path alone
-            quiet = ["--no-watch"] if name.startswith("mend") else []
-            server = self.start_config(name, wrap=wrap, extra=quiet)
-            counts: dict[str, float] = {}
-            try:
-                for path in self.opts.paths:
-                    n = INSTRUCTION_REQUESTS.get(path, 400)
-                    total = callgrind.count(
-                        server.proc, cg_out, server.port, path, requests=n, warmup=n // 2
-                    )
-                    counts[path] = total / n
-            finally:
-                self.stop(server)
-            out["per_request"][name] = counts
-        self.results["instructions"] = out
+        per_request = {
+            name: self.count_instructions(name, self.opts.paths)
+            for name in ("mend", baseline, *optional)
+        }
+        self.results["instructions"] = {
+            "available": True,
+            "baseline": baseline,
+            "per_request": per_request,
+        }
+
+    def count_instructions(
+        self,
+        name: str,
+        paths: Sequence[str],
+        *,
+        interp: footprint.Interpreter | None = None,
+    ) -> dict[str, float]:
+        """Instructions per request of configuration ``name`` on each path, one process under
+        callgrind serving them all (see bench/callgrind.py)."""
+        tag = name if interp is None else f"{name}-{self.group.started}"
+        cg_out = self.tmp / f"callgrind-{tag}.out"
+        wrap = functools.partial(callgrind.wrap, out_file=cg_out)
+        # the file watcher's polls land in the counted window (under callgrind a request
+        # takes ~50x longer, so each poll's reads and checksums spread over few requests):
+        # off here, to count the request path alone
+        quiet = ["--no-watch"] if name.startswith("mend") else []
+        server = self.start_config(name, wrap=wrap, extra=quiet, interp=interp)
+        counts: dict[str, float] = {}
+        try:
+            for path in paths:
+                n = INSTRUCTION_REQUESTS.get(path, 400)
+                total = callgrind.count(
+                    server.proc, cg_out, server.port, path, requests=n, warmup=n // 2
+                )
+                counts[path] = total / n
+        finally:
+            self.stop(server)
+        return counts
 
     def section_retries(self) -> None:
         """What the retry policy costs, by instructions under callgrind (issue 41): a success with
@@ -631,6 +668,120 @@ class Harness:
             out.setdefault("status", {})[name] = checks
         self.results["retries"] = out
 
+    # -- footprint (issue 43) --------------------------------------------------------------
+
+    def section_footprint(self) -> None:
+        """Issue 43's four figures in one run: mend against the bare proxy on mend's event loop,
+        both on the image's interpreter (bench/footprint.py), bodies that differ per request."""
+        interp = self.footprint_interpreter()
+        footprint.compile_tree(interp.python)
+        out: dict[str, Any] = {
+            "python": {
+                "venv": interp.venv,
+                "note": interp.note,
+                **interpreter_info(interp.python),
+            },
+            "loadavg": {"start": footprint.loadavg()},
+        }
+        self.results["footprint"] = out
+        base = self.footprint_checks(out, interp)
+        names = ("mend", base)
+        out["memory"] = self.footprint_memory(names, interp)
+        out["loadavg"]["after_memory"] = footprint.loadavg()
+        out["startup"] = self.footprint_startup(names, interp)
+        out["loadavg"]["after_startup"] = footprint.loadavg()
+        missing = callgrind.available()
+        if missing:
+            out["instructions"] = {"available": False, "reason": missing}
+        else:
+            out["instructions"] = {
+                "available": True,
+                "per_request": {
+                    name: self.count_instructions(name, FOOTPRINT_PATHS, interp=interp)
+                    for name in names
+                },
+            }
+        out["loadavg"]["end"] = footprint.loadavg()
+
+    def footprint_interpreter(self) -> footprint.Interpreter:
+        if self.opts.footprint_python:
+            python = self.opts.footprint_python
+            return footprint.Interpreter(
+                python,
+                footprint.venv_of(python),
+                "chosen with --footprint-python",
+                footprint.proxy_env(),
+            )
+        interp = footprint.image_python(self.opts.python)
+        if interp.note:
+            self.note(f"footprint falls back to {interp.venv}: {interp.note}")
+        return interp
+
+    def footprint_checks(self, out: dict[str, Any], interp: footprint.Interpreter) -> str:
+        """A discarded start of mend and of its baseline (bytecode cached, pages warm), each
+        checked on every footprint path; the baseline: the bare proxy on mend's event loop."""
+        mend = self.start_config("mend", interp=interp, paths=FOOTPRINT_PATHS)
+        try:
+            out["mend_event_loop"] = event_loop_of(mend.proc.pid)
+            checks = {"mend": self.check_responses(mend)}
+        finally:
+            self.stop(mend)
+        base = "bare-uvloop" if out["mend_event_loop"] == "uvloop" else "bare"
+        bare = self.start_config(base, interp=interp, paths=FOOTPRINT_PATHS)
+        try:
+            checks[base] = self.check_responses(bare)
+        finally:
+            self.stop(bare)
+        out["baseline"], out["checks"] = base, checks
+        return base
+
+    def footprint_memory(
+        self, names: Sequence[str], interp: footprint.Interpreter
+    ) -> dict[str, Any]:
+        """RSS of the process tree after ``FOOTPRINT_REQUESTS`` sequential keep-alive ``GET
+        /ok`` in a freshly started process, ``FOOTPRINT_MEMORY_RUNS`` processes each."""
+        runs: dict[str, list[dict[str, int]]] = {name: [] for name in names}
+        for rep in range(FOOTPRINT_MEMORY_RUNS):
+            for name in rotated(names, rep):
+                server = self.start_config(name, interp=interp, paths=("/ok",))
+                try:
+                    ready = rss_bytes(server.proc.pid)
+                    footprint.sequential_gets(server.port, "/ok", FOOTPRINT_REQUESTS)
+                    after = rss_bytes(server.proc.pid)
+                finally:
+                    self.stop(server)
+                runs[name].append({"ready_rss": ready, "after_rss": after})
+        return {
+            name: {
+                "requests": FOOTPRINT_REQUESTS,
+                "median_after_rss": statistics.median(r["after_rss"] for r in found),
+                "median_ready_rss": statistics.median(r["ready_rss"] for r in found),
+                "runs": found,
+            }
+            for name, found in runs.items()
+        }
+
+    def footprint_startup(
+        self, names: Sequence[str], interp: footprint.Interpreter
+    ) -> dict[str, Any]:
+        """Exec to the first 200 (mend: ``/readyz`` on the admin port and ``GET /ok`` through
+        the listener, polled side by side; bare: ``GET /ok``) and the CPU time used up to
+        readiness, ``FOOTPRINT_STARTUP_RUNS`` starts each, alternated."""
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+        for rep in range(FOOTPRINT_STARTUP_RUNS):
+            for name in rotated(names, rep):
+                server = self.start_config(name, interp=interp, wait=False)
+                probes = {"ok_s": (server.port, "/ok")}
+                if server.admin_port is not None:
+                    probes["readyz_s"] = (server.admin_port, "/readyz")
+                ready = "readyz_s" if "readyz_s" in probes else "ok_s"
+                try:
+                    found = footprint.probe_startup(server.proc, server.started, probes, ready)
+                finally:
+                    self.stop(server)
+                runs[name].append(found)
+        return {name: startup_summary(found) for name, found in runs.items()}
+
     # -- driver ----------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
@@ -652,6 +803,7 @@ class Harness:
             ("workers", True, self.section_workers),
             ("instructions", True, self.section_instructions),
             ("retries", True, self.section_retries),
+            ("footprint", True, self.section_footprint),
         ):
             if name not in opts.sections:
                 continue
@@ -696,6 +848,24 @@ class Harness:
 
 
 # -- helpers -------------------------------------------------------------------------------
+
+
+def rotated(names: Sequence[str], rep: int) -> list[str]:
+    """``names`` rotated by ``rep``, so that no configuration always starts first."""
+    shift = rep % max(1, len(names))
+    return [*names[shift:], *names[:shift]]
+
+
+def startup_summary(runs: Sequence[dict[str, float]]) -> dict[str, Any]:
+    """Median and every value of each start-up measure (``ok_s``, ``readyz_s``, ``cpu_s``)."""
+    keys = sorted({key for run in runs for key in run})
+    return {
+        key: {
+            "median": statistics.median(run[key] for run in runs if key in run),
+            "all": [run.get(key) for run in runs],
+        }
+        for key in keys
+    }
 
 
 def retries_made(server: Server) -> float:
@@ -907,6 +1077,12 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         help="interpreter for mend and the bare proxy (default: the one running the harness, "
         "which bench/run takes from .venv)",
     )
+    p.add_argument(
+        "--footprint-python",
+        help="interpreter for the footprint section's mend and bare proxy (default: "
+        "bench/.venv-image, built once by bench/make-image-venv as the Docker image installs "
+        "mend; --python's when it cannot be built)",
+    )
     p.add_argument("--out", type=Path, help="results JSON (default bench/results/<ts>.json)")
     p.add_argument(
         "--write-readme", action="store_true", help="replace the results section of bench/README.md"
@@ -939,6 +1115,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         write_readme=a.write_readme,
         label=a.label or ("smoke run (--quick)" if quick else ""),
         quick=quick,
+        footprint_python=a.footprint_python,
     )
 
 
@@ -983,6 +1160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         dict(zip(("target", "measured", "verdict"), row, strict=True))
         for row in report.targets(results)
     ]
+    if results.get("footprint"):
+        results["footprint"]["figures"] = report.footprint_figures(results)
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     opts.out.write_text(json.dumps(results, indent=2) + "\n")
     markdown = report.render(results)

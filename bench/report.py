@@ -317,6 +317,176 @@ def retries_section(results: dict[str, Any]) -> list[str]:
     return out
 
 
+#: issue 43's targets: (figure, how mend/bare compares, the bound); start-up is absolute seconds
+FOOTPRINT_INSTRUCTION_TARGETS = {
+    "/ok": 0.8,
+    "/err500-fresh": 1.5,
+    "/err422-fresh": 1.5,
+    "/err429-fresh": 1.5,
+}
+FOOTPRINT_RSS_TARGET = 1.25
+FOOTPRINT_STARTUP_TARGET_S = 0.5
+
+
+def _met(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "**not met**")
+
+
+def _figure(
+    figure: str, mend: float | None, bare: float | None, bound: float | None, kind: str
+) -> dict[str, Any]:
+    """One row of the footprint table; ``kind``: ``ratio`` (mend/bare ≤ bound), ``seconds``
+    (mend ≤ bound seconds) or ``context`` (no target)."""
+    r = ratio(mend, bare)
+    ok: bool | None = None
+    if kind == "ratio" and r is not None and bound is not None:
+        ok = r <= bound
+    elif kind == "seconds" and mend is not None and bound is not None:
+        ok = mend <= bound
+    return {
+        "figure": figure,
+        "mend": mend,
+        "bare": bare,
+        "ratio": r,
+        "target": bound,
+        "kind": kind,
+        "met": ok,
+    }
+
+
+def footprint_figures(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 43's four figures (and the start-up's context), mend against its baseline."""
+    found = results.get("footprint") or {}
+    base = found.get("baseline") or "bare"
+    rows: list[dict[str, Any]] = []
+    memory = found.get("memory") or {}
+    if memory:
+        rows.append(
+            _figure(
+                f"RSS after {(memory.get('mend') or {}).get('requests', 1000):,} `GET /ok` "
+                "(median of 3 fresh processes)",
+                (memory.get("mend") or {}).get("median_after_rss"),
+                (memory.get(base) or {}).get("median_after_rss"),
+                FOOTPRINT_RSS_TARGET,
+                "ratio",
+            )
+        )
+        rows.append(
+            _figure(
+                "RSS at ready (context)",
+                (memory.get("mend") or {}).get("median_ready_rss"),
+                (memory.get(base) or {}).get("median_ready_rss"),
+                None,
+                "context",
+            )
+        )
+    rows += _startup_figures(found.get("startup") or {}, base)
+    per = (found.get("instructions") or {}).get("per_request") or {}
+    for path, bound in FOOTPRINT_INSTRUCTION_TARGETS.items():
+        mend = (per.get("mend") or {}).get(path)
+        if mend is not None:
+            rows.append(
+                _figure(
+                    f"instructions per request, `{path}`",
+                    mend,
+                    (per.get(base) or {}).get(path),
+                    bound,
+                    "ratio",
+                )
+            )
+    return rows
+
+
+def _startup_figures(startup: dict[str, Any], base: str) -> list[dict[str, Any]]:
+    if not startup:
+        return []
+
+    def median(name: str, key: str) -> float | None:
+        value = ((startup.get(name) or {}).get(key) or {}).get("median")
+        return None if value is None else float(value)
+
+    bare_ok = median(base, "ok_s")
+    return [
+        _figure(
+            "start-up: exec to first 200 from `/readyz` (bare: `GET /ok`), median of 5",
+            median("mend", "readyz_s"),
+            bare_ok,
+            FOOTPRINT_STARTUP_TARGET_S,
+            "seconds",
+        ),
+        _figure(
+            "start-up: exec to first 200 of `GET /ok` through the listener",
+            median("mend", "ok_s"),
+            bare_ok,
+            None,
+            "context",
+        ),
+        _figure(
+            "start-up: CPU seconds (utime + stime) at ready",
+            median("mend", "cpu_s"),
+            median(base, "cpu_s"),
+            None,
+            "context",
+        ),
+    ]
+
+
+def _fmt_figure(row: dict[str, Any], value: float | None) -> str:
+    if value is None:
+        return "-"
+    figure = row["figure"]
+    if figure.startswith("RSS"):
+        return fmt_mib(value)
+    if figure.startswith("start-up"):
+        return f"{value * 1000:,.0f} ms"
+    return f"{value / 1000:,.0f} k"
+
+
+def _fmt_target(row: dict[str, Any]) -> str:
+    if row["target"] is None:
+        return "—"
+    if row["kind"] == "seconds":
+        return f"mend ≤ {row['target']} s"
+    return f"≤ {row['target']}x"
+
+
+def footprint_section(results: dict[str, Any]) -> list[str]:
+    found = results.get("footprint")
+    if not found:
+        return []
+    base = found.get("baseline") or "bare"
+    py = found.get("python") or {}
+    out = ["### Footprint (issue 43)", ""]
+    out.append(
+        f"mend vs `{base}` (the bare proxy on mend's event loop, "
+        f"{found.get('mend_event_loop', '?')}), both under `{py.get('venv')}` "
+        f"(Python {py.get('version', '?')}, {py.get('real', py.get('executable', '?'))})"
+        + (f"; **{py['note']}**" if py.get("note") else "")
+        + "; error bodies differ per request."
+    )
+    out.append("")
+    rows = [
+        [
+            r["figure"],
+            _fmt_figure(r, r["mend"]),
+            _fmt_figure(r, r["bare"]),
+            fmt_ratio(r["ratio"]),
+            _fmt_target(r),
+            "—" if r["kind"] == "context" else _met(r["met"]),
+        ]
+        for r in footprint_figures(results)
+    ]
+    out += table(["figure", "mend", base, "mend/bare", "target", "verdict"], rows)
+    instructions = found.get("instructions") or {}
+    if instructions and not instructions.get("available"):
+        out += ["", f"instructions not available: {instructions.get('reason')}"]
+    load = found.get("loadavg") or {}
+    if load:
+        seen = "; ".join(f"{k.replace('_', ' ')} {' '.join(map(str, v))}" for k, v in load.items())
+        out += ["", f"load average (1, 5, 15 min) during the section: {seen}."]
+    return [*out, ""]
+
+
 def targets(results: dict[str, Any]) -> list[list[str]]:
     """The issue's targets, each with the worst measured cell and a verdict."""
     rows: list[list[str]] = []
@@ -453,6 +623,7 @@ def render(results: dict[str, Any]) -> str:
     out += other_section(results)
     out += instructions_section(results)
     out += retries_section(results)
+    out += footprint_section(results)
     checks = results.get("checks") or {}
     codes = {
         f"{path} → {c['code']} ({c['rule']})"

@@ -18,7 +18,7 @@ HUGE_SIZE = 1024 * 1024 * 1024
 OK_BODY = {"id": 42, "status": "ok", "items": [1, 2, 3], "message": "fine"}
 
 # 422 the way FastAPI/pydantic v2 reports several invalid fields at once.
-ERR422_BODY = {
+ERR422_BODY: dict[str, list[dict[str, object]]] = {
     "detail": [
         {
             "type": "greater_than",
@@ -73,8 +73,38 @@ _FRAMES = [
 ]
 
 
-#: where ``/err500-fresh`` puts nginx's per-response variables (``_nginx_literal`` refuses ``$``)
+#: where the ``-fresh`` paths put nginx's per-response variables (``_nginx_literal`` refuses ``$``)
 FRESH = "FRESH-PER-RESPONSE"
+FRESH_TIME = "FRESH-TIME"
+#: nginx variables no two responses share: the time in ms and a random 32-hex id
+FRESH_VALUE = "$msec-$request_id"
+
+
+def err422_fresh_body() -> dict[str, object]:
+    """The FastAPI 422 with values that differ per response, as a client's inputs do: the
+    invalid currency and the body echoed for the missing field carry a per-response id."""
+    detail = [dict(d) for d in ERR422_BODY["detail"]]
+    detail[1]["input"] = {"qty": -1, "sku": "A-1", "order_ref": FRESH}
+    detail[3]["input"] = FRESH
+    return {"detail": detail}
+
+
+def err429_fresh_body() -> dict[str, object]:
+    """A rate limiter's 429 whose body names the request and the window's reset, per response."""
+    return {**ERR429_BODY, "request_id": FRESH, "reset_at": FRESH_TIME}
+
+
+#: the reset headers of ``/err429-fresh`` (IETF drafts and the X- variant); reset in seconds
+ERR429_FRESH_HEADERS = {
+    "Retry-After": "7",
+    "RateLimit-Limit": "100",
+    "RateLimit-Remaining": "0",
+    "RateLimit-Reset": "7",
+    "X-RateLimit-Limit": "100",
+    "X-RateLimit-Remaining": "0",
+    "X-RateLimit-Reset": "7",
+    "X-Request-Id": "$request_id",
+}
 
 
 def err500_body(timestamp: str = "2026-11-22T04:05:06.789+00:00") -> dict[str, object]:
@@ -146,7 +176,7 @@ def write_upstream_config(tmp: Path, port: int) -> Path:
         # Sparse: 1 GiB of zeros costs no disk and nginx sends it with sendfile.
         with huge.open("wb") as f:
             f.truncate(HUGE_SIZE)
-    ok, e500, e422, e429, e503, fresh = (
+    ok, e500, e422, e429, e503, fresh, fresh422, fresh429 = (
         _nginx_literal(json.dumps(body, separators=(",", ":")))
         for body in (
             OK_BODY,
@@ -155,10 +185,18 @@ def write_upstream_config(tmp: Path, port: int) -> Path:
             ERR429_BODY,
             ERR503_BODY,
             err500_body(FRESH),
+            err422_fresh_body(),
+            err429_fresh_body(),
         )
     )
     # nginx fills these in per response: a timestamp and an id no two responses share
     fresh = fresh.replace(FRESH, "2026-11-22T04:05:$msec+00:00 $request_id")
+    fresh422 = fresh422.replace(FRESH, FRESH_VALUE)
+    fresh429 = fresh429.replace(FRESH, FRESH_VALUE).replace(FRESH_TIME, "$time_iso8601")
+    headers429 = "".join(
+        f"            add_header {name} {value} always;\n"
+        for name, value in ERR429_FRESH_HEADERS.items()
+    )
     # `return CODE text` keeps the connection alive; `return 500` + error_page would not,
     # because nginx closes keep-alive connections after its own 500 pages.
     # /flaky answers 503, then 200, then 503...: round robin over two servers of its own (one
@@ -182,6 +220,11 @@ def write_upstream_config(tmp: Path, port: int) -> Path:
             default_type application/json;
             add_header Retry-After 7 always;
             return 429 {e429};
+        }}
+        location = /err422-fresh {{ default_type application/json; return 422 {fresh422}; }}
+        location = /err429-fresh {{
+            default_type application/json;
+{headers429}            return 429 {fresh429};
         }}
         location = /err503 {{ default_type application/json; return 503 {e503}; }}
         location = /flaky {{ proxy_pass http://flaky; }}

@@ -21,7 +21,7 @@ from proxy.policy.redaction import Redactor
 from proxy.policy.redaction.detectors import LoadedDetector
 from proxy.policy.redaction.sets import build_set, load_shipped
 from proxy.policy.rulefile import LoadedRule, load_rule_text, load_rules
-from proxy.policy.ruleset import BodyPatterns, Rule, RuleSet
+from proxy.policy.ruleset import BodySets, Rule, RuleSet
 
 _HERE = Path(__file__).resolve().parent
 FALLBACKS = _HERE / "fallbacks.yaml"
@@ -119,7 +119,7 @@ class Engine:
         tail = compile_all(fallbacks)
         shared_ids = {r.spec.id: r.source for r in [*shared, *fallbacks]}
         routes: dict[str, RuleSet] = {}
-        patterns = BodyPatterns()  # one body regex set for every route
+        sets = BodySets()  # the routes share the body regex sets of the same rules
         problems: list[str] = []
         for route in settings.routes:
             try:
@@ -136,7 +136,7 @@ class Engine:
             routes[route.name] = RuleSet.build(
                 [*compile_all(own_rules), *shared_rules, *tail],
                 route.success_rules,
-                patterns=patterns,
+                sets=sets,
             )
         redactors, default = _redactors(settings, problems)
         specs = _specs(settings, problems)

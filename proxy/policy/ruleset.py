@@ -123,32 +123,25 @@ _PREFILTER_MIN = 8
 
 
 class BodyPatterns:
-    """Every body regex of an engine's rule sets in one RE2 set, compiled at its first use.
+    """The body regexes of a status bucket in one RE2 set, compiled at its first use.
 
     A rule whose body regex the set did not see match cannot match, so it is skipped without
     running anything: a thousand body rules for one status cost one pass over the body.
 
-    One set for all of them, not one per status bucket: the buckets of the shipped packs
-    share most of their regexes, and a set costs about 1 MB of RE2 program and 15 ms to
-    compile (19 of them were 18 MB and 0.3 s of every start, issue 43). Compiled when the first
-    response needs it, so a sidecar that never sees an error never pays for it; each bucket
-    keeps the hits among its own regexes only.
+    A set costs about 1 MB of RE2 program and 15 ms to compile, and the shipped packs make 19
+    distinct ones (18 MB and 0.3 s of every start, issue 43): each is compiled when the first
+    response of its statuses needs it, so a sidecar pays for the statuses its upstream sends.
+    One set of every body regex instead was smaller still, but its DFA is the product of
+    twice the patterns: a body never seen before cost up to 300 k instructions more to scan.
     """
 
-    __slots__ = ("_set", "slots")
+    __slots__ = ("_set", "patterns", "slots")
 
-    def __init__(self) -> None:
-        self.slots: dict[str, int] = {}
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self.patterns = tuple(patterns)
+        #: RE2 numbers a set's patterns in the order they are added
+        self.slots = {pattern: slot for slot, pattern in enumerate(self.patterns)}
         self._set: Any = None
-
-    def slot(self, pattern: str) -> int:
-        """The slot of ``pattern`` in the set, added if it is new (only before the first use)."""
-        known = self.slots.get(pattern)
-        if known is None:
-            if self._set is not None:
-                raise RuntimeError("a body pattern added after the set was compiled")
-            known = self.slots[pattern] = len(self.slots)
-        return known
 
     @property
     def compiled(self) -> bool:
@@ -163,11 +156,32 @@ class BodyPatterns:
         opts = options()
         opts.max_mem = 64 << 20  # the set's DFA grows with the number of patterns
         compiled = re2.Set.SearchSet(opts)
-        for pattern in self.slots:  # in slot order: RE2 numbers patterns as they are added
+        for pattern in self.patterns:
             compiled.Add(pattern)
         compiled.Compile()
         self._set = compiled
         return compiled
+
+
+class BodySets:
+    """The body regex sets of an engine's rule sets, one per distinct list of regexes: statuses
+    of one class, the unit view and every route with the shipped packs alone share theirs."""
+
+    __slots__ = ("_sets",)
+
+    def __init__(self) -> None:
+        self._sets: dict[tuple[str, ...], BodyPatterns] = {}
+
+    def __len__(self) -> int:
+        return len(self._sets)
+
+    def of(self, rules: Sequence[Rule]) -> BodyPatterns:
+        """The set of the body regexes of ``rules``, in order, each once."""
+        patterns = tuple(dict.fromkeys(r.body_pattern for r in rules if r.body_pattern is not None))
+        known = self._sets.get(patterns)
+        if known is None:
+            known = self._sets[patterns] = BodyPatterns(patterns)
+        return known
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,23 +196,19 @@ class _Bucket:
     prefilter: BodyPatterns
     always: tuple[tuple[int, Rule], ...]
     by_slot: dict[int, tuple[tuple[int, Rule], ...]]
-    own: frozenset[int]
 
     @classmethod
-    def build(cls, rules: Sequence[Rule], prefilter: BodyPatterns) -> _Bucket:
+    def build(cls, rules: Sequence[Rule], sets: BodySets) -> _Bucket:
+        prefilter = sets.of(rules)
         always: list[tuple[int, Rule]] = []
         by_slot: dict[int, list[tuple[int, Rule]]] = {}
         for position, rule in enumerate(rules):
             if rule.body_pattern is None:
                 always.append((position, rule))
             else:
-                by_slot.setdefault(prefilter.slot(rule.body_pattern), []).append((position, rule))
-        own = frozenset(by_slot)
-        return cls(prefilter, tuple(always), {k: tuple(v) for k, v in by_slot.items()}, own)
-
-    def hits(self, text: str) -> frozenset[int]:
-        """The slots of this bucket's regexes that match in ``text``."""
-        return self.prefilter.hits(text) & self.own
+                slot = prefilter.slots[rule.body_pattern]
+                by_slot.setdefault(slot, []).append((position, rule))
+        return cls(prefilter, tuple(always), {k: tuple(v) for k, v in by_slot.items()})
 
     def candidates(self, hits: frozenset[int]) -> list[Rule]:
         """The rules that can match a text the prefilter saw ``hits`` in, in rule order."""
@@ -311,7 +321,7 @@ def _memory(rules: Iterable[Rule]) -> MatchMemory | None:
 
 
 def _arranged(
-    index: dict[int, list[Rule]], shared: BodyPatterns
+    index: dict[int, list[Rule]], shared: BodySets
 ) -> tuple[dict[int, tuple[Rule, ...]], dict[int, _Bucket], dict[int, frozenset[str]]]:
     """Per status: its rules, its prefiltered bucket (when it has enough body regexes), and the
     key paths its rules require. Statuses with the same rules share one of each: the 4xx and
@@ -363,13 +373,13 @@ class RuleSet:
         rules: Iterable[Rule],
         success_rules: Sequence[str] = (),
         protocol_rules: Sequence[str] | None = PROTOCOL_RULES,
-        patterns: BodyPatterns | None = None,
+        sets: BodySets | None = None,
     ) -> RuleSet:
         """The rule set; ``success_rules`` are globs of rule ids to run on 2xx responses, and
         ``protocol_rules`` those to run on 2xx protocol units (``None``: no unit view).
-        ``patterns``: the body regex set it shares with other rule sets (an engine's routes)."""
+        ``sets``: the body regex sets it shares with other rule sets (an engine's routes)."""
         ordered = tuple(rules)
-        shared = BodyPatterns() if patterns is None else patterns
+        shared = BodySets() if sets is None else sets
         units = None
         if protocol_rules is not None:
             unit_globs = (*success_rules, *protocol_rules)
@@ -383,7 +393,7 @@ class RuleSet:
         cls,
         ordered: tuple[Rule, ...],
         on_success: Callable[[Rule], bool],
-        shared: BodyPatterns,
+        shared: BodySets,
         units: RuleSet | None,
     ) -> RuleSet:
         index: dict[int, list[Rule]] = {}
@@ -415,7 +425,7 @@ class RuleSet:
         """The rules that can match ``exchange``, in rule order; the others are never tried."""
         status = exchange.status or 0
         bucket = self.prefiltered.get(status)
-        hits = frozenset[int]() if bucket is None else bucket.hits(exchange.text)
+        hits = frozenset[int]() if bucket is None else bucket.prefilter.hits(exchange.text)
         required = self._required.get(status)
         present = present_paths(exchange.json) & required if required else frozenset[str]()
         shape = (status, hits, present)

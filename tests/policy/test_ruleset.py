@@ -12,7 +12,7 @@ from proxy.policy.evaluate import recorded_exchange
 from proxy.policy.exchange import Exchange
 from proxy.policy.matchers import Found, Predicate, required_keys
 from proxy.policy.rulefile import When, load_rule_text
-from proxy.policy.ruleset import BodyPatterns, Rule, RuleSet
+from proxy.policy.ruleset import BodySets, Rule, RuleSet
 from proxy.tools.ruletest.cases import RequestSpec, ResponseSpec
 from proxy.tools.ruletest.engines import Engines, exchange_for
 from proxy.tools.ruletest.loading import load_cases
@@ -171,31 +171,23 @@ def test_body_prefilter_keeps_first_match_semantics(body: str, rule: str) -> Non
 def test_body_patterns_compile_at_the_first_response_that_needs_them() -> None:
     """Building rule sets compiles no RE2 set: a sidecar that never sees an error never pays."""
     rules = [Rule.compile(r) for r in load_rule_text(_many_body_rules(20), "m.yaml", "m")]
-    patterns = BodyPatterns()
-    ruleset = RuleSet.build(rules, patterns=patterns)
-    assert patterns.compiled is False
+    ruleset = RuleSet.build(rules)
+    prefilter = ruleset.prefiltered[500].prefilter
+    assert prefilter.compiled is False
     ruleset.match(exchange(500, "Marker0007Exception"))
-    assert patterns.compiled is True
+    assert prefilter.compiled is True
 
 
-def test_rule_sets_of_one_engine_share_one_body_pattern_set() -> None:
-    """Two routes with the same body rules, 4xx and 5xx alike: each regex has one slot."""
+def test_rule_sets_of_one_engine_share_the_sets_of_the_same_rules() -> None:
+    """Two routes with the same body rules hold one RE2 set, whichever route compiles it."""
     rules = [Rule.compile(r) for r in load_rule_text(_many_body_rules(20), "m.yaml", "m")]
-    patterns = BodyPatterns()
-    first = RuleSet.build(rules, patterns=patterns)
-    second = RuleSet.build(rules, success_rules=("*",), patterns=patterns)
-    assert len(patterns.slots) == 20
+    sets = BodySets()
+    first = RuleSet.build(rules, sets=sets)
+    second = RuleSet.build(rules, success_rules=("*",), sets=sets)
+    assert len(sets) == 1
+    assert first.prefiltered[500].prefilter is second.prefiltered[500].prefilter
     assert first.match(exchange(500, "x Marker0013Exception")).rule.id == "many.r13"  # type: ignore[union-attr]
     assert second.match(exchange(500, "x Marker0003Exception")).rule.id == "many.r3"  # type: ignore[union-attr]
-
-
-def test_a_body_pattern_cannot_join_a_compiled_set() -> None:
-    """Slots are numbered as RE2 numbers the set's patterns: none may come after it compiled."""
-    patterns = BodyPatterns()
-    patterns.slot("a+")
-    patterns.hits("aaa")
-    with pytest.raises(RuntimeError):
-        patterns.slot("b+")
 
 
 def test_statuses_with_the_same_rules_share_one_bucket() -> None:

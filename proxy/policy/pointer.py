@@ -101,11 +101,12 @@ def _segments_located(
     while parts and parts[-1] in _WHOLE:
         parts.pop()  # DRF's nested non_field_errors belong to the object they sit in
     location = None
-    while len(parts) > 1 and parts[0] in strip:
-        location = LOCATIONS.get(parts.pop(0), location)
+    # up to the first location only: Prism's [request, body, body] is the body member "body"
+    while len(parts) > 1 and parts[0] in strip and location is None:
+        location = LOCATIONS.get(parts.pop(0))
     if not parts:
         return None
-    if whole and len(parts) == 1 and parts[0] in strip:
+    if whole and location is None and len(parts) == 1 and parts[0] in strip:
         if parts[0] not in LOCATIONS:
             return None  # Prism's ["request"]: the request as a whole, no field of it
         return "", LOCATIONS[parts[0]]

@@ -129,6 +129,10 @@ def test_remembered_pointers_are_the_computed_ones_and_capped(
         (["request", "path", "petid"], ("/petid", "path")),
         (["request", "header", "api_key"], ("/api_key", "header")),
         (["body", "tags", "0", "id"], ("/tags/0/id", "body")),
+        # a member named as a location, after the location (GitHub's pull request "body")
+        (["request", "body", "body"], ("/body", "body")),
+        (["request", "query", "query"], ("/query", "query")),
+        ("body.body", ("/body", "body")),
         # FastAPI, Fastify, Laravel
         (["query", "limit"], ("/limit", "query")),
         ("querystring.limit", ("/limit", "query")),

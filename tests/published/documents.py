@@ -86,13 +86,20 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(10)
 
 
+#: Prism's log level: its warnings and violations. At ``info`` it logs every request as received,
+#: body included, and its CLI's log reader has died (``LOG_COLOR_MAP[logLine.name]`` undefined,
+#: the server gone) on one of Schemathesis' negative requests to GitHub's ``.../lock``.
+PRISM_LOG_LEVEL = "warn"
+
+
 @contextmanager
 def prism(path: Path, log: Path) -> Iterator[str]:
     """Stoplight Prism mocking the document ``path`` on a free port: its base URL."""
     port = free_port()
+    command = [str(PRISM), "mock", "-h", "127.0.0.1", "-p", str(port), "-v", PRISM_LOG_LEVEL]
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [str(PRISM), "mock", "-h", "127.0.0.1", "-p", str(port), str(path)],
+            [*command, str(path)],
             stdout=out,
             stderr=subprocess.STDOUT,
         )

@@ -120,9 +120,34 @@ def _on_resource(spec: Spec, method: str, segments: list[str]) -> list[_Scored]:
                 rank = _method_rank(method, op_method)
                 scored.append((skip, rank, -score, template.path, op_method, template, params))
         if scored:
+            scored = _most_specific(scored, len(sent))
             break
     scored.sort(key=lambda item: item[:5])
     return scored
+
+
+def _most_specific(scored: list[_Scored], sent: int) -> list[_Scored]:
+    """The candidates that say the most of the path sent: those that read each of its
+    ``sent`` segments, when any does (a template a segment shorter names the parent: ``POST
+    /pet/{petId}`` for ``/pet/7/uploadImag``); then, at each segment, a literal alike it over
+    a template parameter that would take any word (``/orgs/{org}/packages`` for
+    ``/orgs/x/package``, not ``/orgs/{org}/{security_product}/{enablement}``)."""
+    if any(len(item[5].literals) >= sent for item in scored):
+        scored = [item for item in scored if len(item[5].literals) >= sent]
+    for index in range(sent):
+        named = [item for item in scored if _literal_at(item[5], index)]
+        if named:
+            scored = [item for item in scored if _literal_at(item[5], index) or _past(item, index)]
+    return scored
+
+
+def _literal_at(template: Template, index: int) -> bool:
+    return index < len(template.literals) and template.literals[index] is not None
+
+
+def _past(item: _Scored, index: int) -> bool:
+    """Whether ``item``'s template ends before segment ``index`` (nothing of it there)."""
+    return index >= len(item[5].literals)
 
 
 def _allowed(method: str, match: PathMatch) -> list[_Candidate]:

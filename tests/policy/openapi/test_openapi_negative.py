@@ -1,7 +1,7 @@
-"""Invalid requests, as Schemathesis generates them for Petstore and Train Travel, against Stoplight
-Prism directly and through ``mend run --validate-requests``: what Prism refuses for a violation in
-what mend checks (the path, the query, a JSON body) mend refuses too, before the upstream (issue
-42: a ``petId`` of the wrong type was forwarded)."""
+"""Invalid requests, as Schemathesis generates them for Petstore, Train Travel and 12 of GitHub's
+operations, against Stoplight Prism directly and through ``mend run --validate-requests``: what
+Prism refuses for a violation in what mend checks (the path, the query, a JSON body) mend refuses
+too, before the upstream (issue 42: a ``petId`` of the wrong type was forwarded)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,14 @@ from typing import Any
 
 import httpx
 import pytest
-import schemathesis
-from hypothesis.errors import Unsatisfiable
-from schemathesis.generation import GenerationMode
 
-from tests.policy.openapi.test_openapi_published import _exchange, _generate
+from tests.policy.openapi.prism_cases import (
+    exchange,
+    generate_negative,
+    github_swept,
+    operations,
+    rooted,
+)
 from tests.published.documents import document, mend_run, prism
 
 #: Where a Prism violation is one mend checks too (its ``sl-violations`` location's second part).
@@ -26,17 +29,19 @@ JS_SAFE_INTEGER = "9007199254740991"
 PER_OPERATION = 12
 
 
-@pytest.fixture(scope="module", params=["petstore", "train-travel"])
+#: The operations of each document generated for (GitHub's: ``GITHUB_SWEPT``).
+WANTED = {"petstore": lambda op: True, "train-travel": lambda op: True, "github": github_swept}
+
+
+@pytest.fixture(scope="module", params=list(WANTED))
 def validating(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, str, str]]:
-    """Prism mocking a published document (``servers`` naming its root), and mend validating
-    before it: the document's name and the two URLs."""
+    """Prism mocking a published document (``servers`` naming its root; GitHub's has no base
+    path), and mend validating before it: the document's name and the two URLs."""
     name: str = request.param
     logs = tmp_path_factory.mktemp("negative")
-    published = json.loads(document(name).read_bytes())
-    path = logs / f"{name}.json"
-    path.write_text(json.dumps({**published, "servers": [{"url": "/"}]}))
+    path = document(name) if name == "github" else rooted(name, logs)
     with (
         prism(path, logs / "prism.log") as upstream,
         mend_run(
@@ -86,13 +91,13 @@ def test_what_prism_refuses_in_what_mend_checks_mend_refuses_first(
 
     def each(case: Any) -> None:
         try:
-            direct = _exchange(case, upstream)
+            direct = exchange(case, upstream)
         except httpx.TimeoutException:  # Prism never answers some malformed requests
             return
         if not _checked_violation(direct, case.media_type):
             return
         counts["refused by prism"] += 1
-        proxied = _exchange(case, mend)
+        proxied = exchange(case, mend)
         rule = proxied.json().get("error", {}).get("rule") if proxied.content else None
         if rule != "proxy.request_invalid":
             forwarded.append(
@@ -102,12 +107,8 @@ def test_what_prism_refuses_in_what_mend_checks_mend_refuses_first(
                 f"{rule}"
             )
 
-    for result in schemathesis.openapi.from_path(str(document(name))).get_all_operations():
-        operation: Any = result.ok()  # type: ignore[union-attr]  # an Err raises: a test error
-        try:
-            _generate(operation, PER_OPERATION, each, GenerationMode.NEGATIVE)
-        except Unsatisfiable:  # an operation with nothing to get wrong
-            continue
+    for operation in operations(document(name), WANTED[name]):
+        generate_negative(operation, PER_OPERATION, each)
     print(f"{name}, negative: {counts}, {len(forwarded)} forwarded")
     assert counts["refused by prism"] > 10
     assert forwarded == []

@@ -135,9 +135,8 @@ def _most_specific(scored: list[_Scored], sent: int) -> list[_Scored]:
     if any(len(item[5].literals) >= sent for item in scored):
         scored = [item for item in scored if len(item[5].literals) >= sent]
     for index in range(sent):
-        named = [item for item in scored if _literal_at(item[5], index)]
-        if named:
-            scored = [item for item in scored if _literal_at(item[5], index) or _past(item, index)]
+        if any(_literal_at(item[5], index) for item in scored):
+            scored = [item for item in scored if not _parameter_at(item[5], index)]
     return scored
 
 
@@ -145,9 +144,9 @@ def _literal_at(template: Template, index: int) -> bool:
     return index < len(template.literals) and template.literals[index] is not None
 
 
-def _past(item: _Scored, index: int) -> bool:
-    """Whether ``item``'s template ends before segment ``index`` (nothing of it there)."""
-    return index >= len(item[5].literals)
+def _parameter_at(template: Template, index: int) -> bool:
+    """Whether ``template`` has a parameter at segment ``index`` (not a literal, nor its end)."""
+    return index < len(template.literals) and template.literals[index] is None
 
 
 def _allowed(method: str, match: PathMatch) -> list[_Candidate]:

@@ -38,8 +38,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from proxy import __version__
+from proxy.config.trace_config import TraceConfig
 from proxy.observation.span_names import ATTRIBUTE_MAX, protocol_attributes
-from proxy.observation.tracing import TraceConfig
 from proxy.policy.envelope import Envelope, Severity
 from proxy.policy.exchange import Exchange
 from proxy.policy.protocols.base import Call, replayed

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from proxy.policy.protocols.base import Call
     from proxy.policy.redaction import Redactor
     from proxy.runtime.generation import Generation, RouteRuntime
-    from proxy.runtime.retries import Tries
+    from proxy.runtime.tries import Tries
 
 
 #: the tries made, on responses of a route whose ``retries:`` asks (Envoy's

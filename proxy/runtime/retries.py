@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from proxy.config.retries import BackOff, Outcome, Retries, RetryBudget
+from proxy.config.retries import BackOff, Outcome, RetryBudget
 from proxy.edge.failures import (
     ProxyFailure,
     UpstreamProtocolError,
@@ -29,7 +29,6 @@ from proxy.edge.failures import (
 )
 from proxy.edge.kept_body import KeptBody
 from proxy.edge.relay import STARTED
-from proxy.edge.upstream import Timeouts
 from proxy.edge.upstream.errors import Disconnected
 from proxy.observation.metrics import Metrics
 from proxy.policy.evaluate import Answer
@@ -39,6 +38,7 @@ from proxy.policy.retry import retry_after_ms
 from proxy.policy.stated_wait import stated_wait_ms
 from proxy.runtime.circuit_gate import CircuitGate
 from proxy.runtime.own_failures import OwnFailures
+from proxy.runtime.tries import Tries
 
 if TYPE_CHECKING:
     from proxy.runtime.flow import Flow
@@ -61,33 +61,6 @@ class Retry:
 
     reason: str
     wait_s: float
-
-
-@dataclass(slots=True)
-class Tries:
-    """The tries of one request under a retry policy."""
-
-    policy: Retries
-    #: ``time.perf_counter()`` when the first try went
-    began: float
-    #: the tries' timeouts: the route's, the head's within ``per_try_timeout``
-    timeouts: Timeouts
-    #: no try waits past this (``read_timeout`` from the first try: the route's deadline)
-    deadline: float
-    #: the statuses the policy retries (``Retries.statuses``, made once per configuration)
-    statuses: frozenset[int]
-    #: the request body, kept for every try (``None``: the request has none)
-    kept: KeptBody | None = None
-    #: tries made so far, this one included
-    count: int = 1
-
-    def elapsed_ms(self) -> int:
-        return round((time.perf_counter() - self.began) * 1000)
-
-    def timeout(self) -> Timeouts:
-        """The next try's timeouts: its head within ``per_try_timeout`` and the deadline."""
-        left = self.deadline - time.perf_counter()
-        return Timeouts(self.timeouts.connect, max(min(self.timeouts.read, left), 0.001))
 
 
 class Budget:

@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry
 from structlog.typing import FilteringBoundLogger
 
 from proxy import __version__
+from proxy.config import trace_config
 from proxy.config.settings import Settings, parse_hostport
 from proxy.config.shown import shown_upstreams
 from proxy.config.sources import ConfigSource
@@ -256,7 +257,7 @@ async def _serve(
     registry = CollectorRegistry()
     # this process's own tracer (a worker's made here, after it was spawned); mend run checked
     # the configuration before starting
-    traced = tracing.resolve(settings.tracing, os.environ)
+    traced = trace_config.resolve(settings.tracing, os.environ)
     if traced is not None:
         logger.info("tracing", source=traced.source, sampler=traced.sampler)
     server = create_app(

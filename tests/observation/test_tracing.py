@@ -30,6 +30,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
+from proxy.config import trace_config
 from proxy.config.otel import TracingError, TracingSettings
 from proxy.config.route import Route
 from proxy.config.settings import Settings
@@ -385,30 +386,30 @@ async def test_always_off_exports_nothing_and_still_forwards_a_traceparent(
 
 def test_no_configuration_means_no_tracer() -> None:
     """No endpoint in the block or the variables: tracing is off."""
-    assert tracing.resolve(TracingSettings(), {"OTEL_SERVICE_NAME": "x"}) is None
+    assert trace_config.resolve(TracingSettings(), {"OTEL_SERVICE_NAME": "x"}) is None
 
 
 def test_sdk_disabled_turns_tracing_off() -> None:
     """OTEL_SDK_DISABLED=true wins over an endpoint."""
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_SDK_DISABLED": "true"}
-    assert tracing.resolve(TracingSettings(), env) is None
+    assert trace_config.resolve(TracingSettings(), env) is None
 
 
 def test_enabled_false_in_the_block_wins_over_the_variables() -> None:
     """``tracing: {enabled: false}`` keeps tracing off whatever OTEL_* say."""
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}
-    assert tracing.resolve(TracingSettings(enabled=False), env) is None
+    assert trace_config.resolve(TracingSettings(enabled=False), env) is None
 
 
 def test_traces_exporter_none_turns_tracing_off() -> None:
     """OTEL_TRACES_EXPORTER=none wins over an endpoint, as in any SDK."""
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_TRACES_EXPORTER": "none"}
-    assert tracing.resolve(TracingSettings(), env) is None
+    assert trace_config.resolve(TracingSettings(), env) is None
 
 
 def test_enabled_true_without_an_endpoint_sends_to_the_local_collector() -> None:
     """``enabled: true`` and no endpoint: the collector's default OTLP/HTTP address."""
-    config = tracing.resolve(TracingSettings(enabled=True), {})
+    config = trace_config.resolve(TracingSettings(enabled=True), {})
     assert config is not None
     assert config.endpoint == "http://localhost:4318/v1/traces"
 
@@ -417,8 +418,8 @@ def test_the_traces_endpoint_wins_over_the_base_endpoint() -> None:
     """OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is used as is; the base one gets /v1/traces."""
     base = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/"}
     both = {**base, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://other:4318/t"}
-    first = tracing.resolve(TracingSettings(), base)
-    second = tracing.resolve(TracingSettings(), both)
+    first = trace_config.resolve(TracingSettings(), base)
+    second = trace_config.resolve(TracingSettings(), both)
     assert first is not None
     assert first.endpoint == "http://collector:4318/v1/traces"
     assert second is not None
@@ -430,20 +431,20 @@ def test_a_protocol_other_than_http_protobuf_is_refused(protocol: str) -> None:
     """OTEL_EXPORTER_OTLP_PROTOCOL other than http/protobuf: an error naming the variable."""
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": protocol}
     with pytest.raises(TracingError, match="OTEL_EXPORTER_OTLP_PROTOCOL"):
-        tracing.resolve(TracingSettings(), env)
+        trace_config.resolve(TracingSettings(), env)
 
 
 def test_an_unknown_sampler_is_refused() -> None:
     """OTEL_TRACES_SAMPLER must be one the SDK knows: no silent fallback."""
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_SAMPLER": "sometimes"}
     with pytest.raises(TracingError, match="sometimes"):
-        tracing.resolve(TracingSettings(), env)
+        trace_config.resolve(TracingSettings(), env)
 
 
 def test_an_endpoint_that_is_not_http_is_refused() -> None:
     """An endpoint must be an http(s) URL."""
     with pytest.raises(TracingError, match="OTEL_EXPORTER_OTLP_ENDPOINT"):
-        tracing.resolve(TracingSettings(), {"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"})
+        trace_config.resolve(TracingSettings(), {"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"})
 
 
 # --- MCP, JSON-RPC and GraphQL in their conventions ------------------------------------------

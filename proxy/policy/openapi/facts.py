@@ -162,7 +162,7 @@ def _clamped(allowed: Mapping[str, Any], received: float) -> Any:
         return _whole(low, math.ceil) if integral else low  # an integer field's, an integer
     if _number(high) and received > high:
         return _whole(high, math.floor) if integral else high
-    if allowed.get("type") == "integer" and isinstance(received, float):
+    if allowed.get("type") == "integer" and isinstance(received, float) and math.isfinite(received):
         return round(received)
     return None
 
@@ -181,8 +181,11 @@ def _sized(allowed: Mapping[str, Any], received: str) -> Any:
             number = float(received)
         except ValueError:
             return None
+        if not math.isfinite(number):  # "nan", "inf": no number near it to offer
+            return None
         value: int | float = int(number) if number.is_integer() else number
-        return _clamped(allowed, value) if _clamped(allowed, value) is not None else value
+        clamped = _clamped(allowed, value)
+        return clamped if clamped is not None else value
     if allowed.get("type") == "boolean" and received.lower() in ("true", "false"):
         return received.lower() == "true"
     del low  # a string too short cannot be lengthened without inventing content

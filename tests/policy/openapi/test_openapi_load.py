@@ -248,11 +248,17 @@ def test_validate_requests_needs_a_document() -> None:
         ({"type": "integer", "exclusiveMaximum": 100}, 500, 99),
         ({"type": "string", "maxLength": 3}, "abcdef", "abc"),
         ({"type": "string", "pattern": "^[A-Z]+$"}, "abc", None),
+        pytest.param({"type": "integer", "minimum": 1, "maximum": 100}, "nan", None, id="nan"),
+        pytest.param({"type": "integer", "minimum": 1}, "inf", None, id="inf"),
+        pytest.param({"type": "integer"}, "-Infinity", None, id="-inf"),
+        pytest.param({"type": "integer"}, float("nan"), None, id="nan-in-a-body"),
+        pytest.param({"type": "integer"}, float("inf"), None, id="inf-in-a-body"),
     ],
 )
 def test_suggestions(allowed: dict[str, object], received: object, expected: object) -> None:
     """The nearest enum value (case, then edit distance), a clamped bound, a cut string; none
-    where nothing can be chosen."""
+    where nothing can be chosen (a pattern; a number that is not finite, sent as a query's text
+    or in a body, which ``round`` refused with a ValueError, found by the property test)."""
     assert facts.suggest(allowed, received) == expected
 
 

@@ -116,8 +116,11 @@ def named_by_prism(response: httpx.Response) -> list[Named]:
     """(pointer, location, enum) of every violation Prism names (its ``sl-violations`` header,
     else its problem's ``validation[]``), read here as its format says, independently of mend:
     the location list after ``request`` and the location is the pointer, a missing required
-    property is under it, and the enum is the one its message lists."""
+    property is under it, and the enum is the one its message lists. Nothing when Prism cut its
+    list ("Too many violations! ..."): a case it names only in part is not compared."""
     header = response.headers.get("sl-violations")
+    if header is not None and not header.startswith("["):
+        return []  # "Too many violations! [...": Prism cut its list, so it names only some
     if header is not None:
         violations = json.loads(header)
     elif response.headers.get("content-type", "").startswith("application/problem+json"):

@@ -6,8 +6,9 @@ agent's connection, ``Listener`` the bound sockets. Requests reach the proxy as 
 layers above the edge do not change with the parser under them.
 """
 
-from proxy.edge.server.connection import AgentConnection, Handler
+from proxy.edge.server.connection import AgentConnection
 from proxy.edge.server.limits import Limits
 from proxy.edge.server.listener import AgentServer, Listener, Refuser
+from proxy.edge.server.owner import Handler
 
 __all__ = ["AgentConnection", "AgentServer", "Handler", "Limits", "Listener", "Refuser"]

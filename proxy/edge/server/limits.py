@@ -1,4 +1,16 @@
-"""What an agent's connection may take and send: nginx's and Envoy's bounds, as one value."""
+"""What an agent's connection may take and send: nginx's and Envoy's bounds, as one value.
+
+What nginx and Envoy bound by default is bounded on the agent's connections:
+
+- a **header timeout**: from the first byte of a request head to its last; a client dripping its
+  headers is disconnected, whatever the keep-alive timer says;
+- a **keep-alive timeout**: a connection idle before its first request or between two is closed;
+- **head sizes**: the target (414), each field, the field count and the whole head (431), checked
+  as bytes arrive, never after buffering them;
+- a **send timeout**: a response the agent takes nothing of for ``send_timeout`` is aborted;
+- **envelopes for requests mend refuses itself** (400, 414, 431, a handler's bug as 500), with a
+  request id and one log line, through the server's ``refuse``; the connection closes after it.
+"""
 
 from __future__ import annotations
 

@@ -18,8 +18,9 @@ from aiohttp import web
 from structlog.typing import FilteringBoundLogger
 
 from proxy.edge.failures import ProxyFailure, TooManyConnections
-from proxy.edge.server.connection import AgentConnection, Handler
+from proxy.edge.server.connection import AgentConnection
 from proxy.edge.server.limits import Limits
+from proxy.edge.server.owner import Handler
 
 #: Builds, logs and counts the envelope response for a request mend refuses itself.
 Refuser = Callable[[web.BaseRequest, ProxyFailure], web.StreamResponse]
@@ -77,7 +78,7 @@ class AgentServer:
         oldest_until = 0.0
         for other in self.connections:
             idle = other.served and other.is_idle and other is not new
-            until = other.idle_until if idle else None
+            until = other.deadlines.idle_until if idle else None
             if until is not None and (oldest is None or until < oldest_until):
                 oldest, oldest_until = other, until
         if oldest is None:

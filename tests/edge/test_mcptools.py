@@ -78,6 +78,15 @@ async def agent(mend: Mend, mode: str) -> AsyncIterator[Client]:
         yield client
 
 
+async def call_tool(
+    start_mend: StartMend, inventory: Inventory, mode: str, tool: str, arguments: dict[str, Any]
+) -> CallToolResult:
+    """One tool call through mend's tools on the inventory API, the SDK client in ``mode``."""
+    mend = await mend_for(start_mend, inventory)
+    async with agent(mend, mode) as client:
+        return await client.call_tool(tool, arguments)
+
+
 def envelope(result: CallToolResult) -> dict[str, Any]:
     assert result.is_error is True
     assert result.meta is not None
@@ -139,9 +148,7 @@ async def test_success_is_structured_content(
     start_mend: StartMend, inventory: Inventory, mode: str
 ) -> None:
     """A 2xx answer is the JSON body in structuredContent and as text."""
-    mend = await mend_for(start_mend, inventory)
-    async with agent(mend, mode) as client:
-        result = await client.call_tool("get_item", {"item_id": 1})
+    result = await call_tool(start_mend, inventory, mode, "get_item", {"item_id": 1})
     assert result.is_error is False
     body = {"id": 1, "name": "bolts", "priority": "low", "qty": 5}
     assert result.structured_content == body
@@ -152,9 +159,7 @@ async def test_array_answer_is_wrapped_as_its_output_schema_says(
     start_mend: StartMend, inventory: Inventory
 ) -> None:
     """A JSON array answer comes as {"result": [...]}, as the tool's outputSchema names it."""
-    mend = await mend_for(start_mend, inventory)
-    async with agent(mend, "auto") as client:
-        result = await client.call_tool("list_items", {"limit": 1})
+    result = await call_tool(start_mend, inventory, "auto", "list_items", {"limit": 1})
     assert result.structured_content == {
         "result": [{"id": 1, "name": "bolts", "priority": "low", "qty": 5}]
     }
@@ -192,9 +197,9 @@ async def test_missing_path_argument_is_named(start_mend: StartMend, inventory: 
 
 async def test_unknown_argument_is_refused(start_mend: StartMend, inventory: Inventory) -> None:
     """An argument the tool does not have is named, with the ones it has."""
-    mend = await mend_for(start_mend, inventory)
-    async with agent(mend, "auto") as client:
-        result = await client.call_tool("get_item", {"item_id": 1, "verbose": True})
+    result = await call_tool(
+        start_mend, inventory, "auto", "get_item", {"item_id": 1, "verbose": True}
+    )
     field = envelope(result)["invalid_fields"][0]
     assert field["field"] == "/verbose"
     assert field["allowed_values"] == {"enum": ["item_id"]}
@@ -205,9 +210,7 @@ async def test_upstream_404_is_a_tool_error(
     start_mend: StartMend, inventory: Inventory, mode: str
 ) -> None:
     """The API's 404 is isError with the plan as text and the envelope in _meta."""
-    mend = await mend_for(start_mend, inventory)
-    async with agent(mend, mode) as client:
-        result = await client.call_tool("get_item", {"item_id": 9})
+    result = await call_tool(start_mend, inventory, mode, "get_item", {"item_id": 9})
     error = envelope(result)
     assert (error["code"], error["upstream_status"]) == ("RESOURCE_NOT_FOUND", 404)
     assert error["message"] == "Item 9 not found"
@@ -216,11 +219,13 @@ async def test_upstream_404_is_a_tool_error(
 
 async def test_upstream_409_is_a_tool_error(start_mend: StartMend, inventory: Inventory) -> None:
     """The API's 409 is a conflict the model is told to reconcile."""
-    mend = await mend_for(start_mend, inventory)
-    async with agent(mend, "legacy") as client:
-        result = await client.call_tool(
-            "create_item", {"name": "bolts", "priority": "high", "qty": 3}
-        )
+    result = await call_tool(
+        start_mend,
+        inventory,
+        "legacy",
+        "create_item",
+        {"name": "bolts", "priority": "high", "qty": 3},
+    )
     error = envelope(result)
     assert (error["code"], error["category"], error["upstream_status"]) == (
         "CONFLICT",
@@ -234,11 +239,9 @@ async def test_plan_names_the_tool_not_the_request(
     start_mend: StartMend, inventory: Inventory
 ) -> None:
     """The recovery plan says to call the tool again, not to send POST /items."""
-    mend = await mend_for(start_mend, inventory)
-    async with agent(mend, "auto") as client:
-        result = await client.call_tool(
-            "create_item", {"name": "bolts", "priority": "low", "qty": 1}
-        )
+    result = await call_tool(
+        start_mend, inventory, "auto", "create_item", {"name": "bolts", "priority": "low", "qty": 1}
+    )
     assert "Call create_item again." in envelope(result)["steps"]
     assert "POST /items" not in text(result).split("\n\n")[0]
 
@@ -248,9 +251,7 @@ async def test_500_trace_and_dsn_never_reach_the_model(
     start_mend: StartMend, inventory: Inventory, mode: str
 ) -> None:
     """The API's traceback and database DSN are in no part of the tool's result."""
-    mend = await mend_for(start_mend, inventory)
-    async with agent(mend, mode) as client:
-        result = await client.call_tool("item_report", {"item_id": 1})
+    result = await call_tool(start_mend, inventory, mode, "item_report", {"item_id": 1})
     error = envelope(result)
     assert error["upstream_status"] == 500
     whole = result.model_dump_json(by_alias=True)
@@ -262,9 +263,7 @@ async def test_envelope_in_structured_content_without_output_schema(
     start_mend: StartMend, inventory: Inventory
 ) -> None:
     """A tool without an outputSchema carries the envelope in structuredContent too."""
-    mend = await mend_for(start_mend, inventory)
-    async with agent(mend, "auto") as client:
-        result = await client.call_tool("item_report", {"item_id": 1})
+    result = await call_tool(start_mend, inventory, "auto", "item_report", {"item_id": 1})
     assert result.structured_content == {"error": envelope(result)}
 
 
@@ -272,9 +271,7 @@ async def test_envelope_not_in_structured_content_with_output_schema(
     start_mend: StartMend, inventory: Inventory
 ) -> None:
     """A tool with an outputSchema gets no structuredContent its schema would refuse."""
-    mend = await mend_for(start_mend, inventory)
-    async with agent(mend, "auto") as client:
-        result = await client.call_tool("get_item", {"item_id": 9})
+    result = await call_tool(start_mend, inventory, "auto", "get_item", {"item_id": 9})
     assert result.is_error is True
     assert result.structured_content is None
 
@@ -284,9 +281,7 @@ async def test_unknown_tool_points_to_tools_list(
     start_mend: StartMend, inventory: Inventory, mode: str
 ) -> None:
     """A call to a tool that does not exist is told to call tools/list."""
-    mend = await mend_for(start_mend, inventory)
-    async with agent(mend, mode) as client:
-        result = await client.call_tool("get_widget", {"id": 1})
+    result = await call_tool(start_mend, inventory, mode, "get_widget", {"id": 1})
     error = envelope(result)
     assert (error["code"], error["next_operation"]) == ("TOOL_NOT_FOUND", "tools/list")
     assert error["applied"] == "no"  # answered by mend: nothing was sent
@@ -879,16 +874,20 @@ async def test_calls_do_not_list_the_tools_again(
     assert len(listed) == 1
 
 
+#: The headers of an MCP client's POST (a JSON body, either answer form, the protocol's version).
+MCP_POST = {
+    "Accept": "application/json, text/event-stream",
+    "Content-Type": "application/json",
+    "MCP-Protocol-Version": "2025-11-25",
+}
+
+
 async def test_oversized_mcp_request_is_413(start_mend: StartMend, inventory: Inventory) -> None:
     """An MCP request body over 1 MiB is refused with 413, read no further."""
     mend = await mend_for(start_mend, inventory)
     big = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"pad": "x" * (2 << 20)}}
-    headers = {
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": "2025-11-25",
-    }
     async with asyncio.timeout(TIMEOUT_S):
-        answer = await mend.client.post("/mcp", json=big, headers=headers)
+        answer = await mend.client.post("/mcp", json=big, headers=MCP_POST)
     assert answer.status == 413
 
 
@@ -904,13 +903,8 @@ async def test_oversized_chunked_mcp_request_is_413(
             yield b"x" * 65536
         yield b'"}}'
 
-    headers = {
-        "Accept": "application/json, text/event-stream",
-        "Content-Type": "application/json",
-        "MCP-Protocol-Version": "2025-11-25",
-    }
     async with asyncio.timeout(TIMEOUT_S):
-        answer = await mend.client.post("/mcp", data=chunks(), headers=headers)
+        answer = await mend.client.post("/mcp", data=chunks(), headers=MCP_POST)
     assert answer.status == 413
 
 
@@ -924,13 +918,8 @@ async def test_stalled_mcp_request_is_408(start_mend: StartMend, inventory: Inve
         yield b'{"jsonrpc": "2.0", "id": 1, '
         await stalled.wait()  # never set: the rest never comes
 
-    headers = {
-        "Accept": "application/json, text/event-stream",
-        "Content-Type": "application/json",
-        "MCP-Protocol-Version": "2025-11-25",
-    }
     async with asyncio.timeout(TIMEOUT_S):
-        answer = await mend.client.post("/mcp", data=chunks(), headers=headers)
+        answer = await mend.client.post("/mcp", data=chunks(), headers=MCP_POST)
     assert answer.status == 408
 
 

@@ -39,6 +39,20 @@ class Raw:
         self.heads: list[bytes] = []
         self.server: asyncio.Server | None = None
 
+    @classmethod
+    def answering(cls, answer: bytes) -> Raw:
+        """A server that answers each connection's first request with ``answer``, then waits
+        for the client to close."""
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await raw.read_head(reader)
+            writer.write(answer)
+            await writer.drain()
+            await reader.read()
+
+        raw = cls(serve)
+        return raw
+
     async def read_head(self, reader: asyncio.StreamReader) -> bytes:
         head = await reader.readuntil(b"\r\n\r\n")
         self.heads.append(head)
@@ -192,16 +206,10 @@ async def test_close_delimited_body_ends_at_the_close() -> None:
 async def test_chunked_body_with_extensions_and_trailers() -> None:
     """Chunk extensions are skipped, trailers are not taken for headers, the body is whole."""
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await raw.read_head(reader)
-        writer.write(
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-            b"5;name=value\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n"
-        )
-        await writer.drain()
-        await reader.read()
-
-    raw = Raw(serve)
+    raw = Raw.answering(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5;name=value\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n"
+    )
     async with raw as pool:
         response = await get(pool)
         assert await whole(response) == b"hello world"
@@ -228,13 +236,7 @@ async def test_no_body_for_204_and_304(status: int) -> None:
 async def test_head_response_has_no_body() -> None:
     """A HEAD response's Content-Length announces a body that never comes: none is waited for."""
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await raw.read_head(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
-        await writer.drain()
-        await reader.read()
-
-    raw = Raw(serve)
+    raw = Raw.answering(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
     async with raw as pool:
         response = await get(pool, method="HEAD")
         assert response.content_length == 1000
@@ -244,14 +246,10 @@ async def test_head_response_has_no_body() -> None:
 async def test_interim_responses_are_skipped() -> None:
     """100 and 103 before the final head are skipped; their headers are not the response's."""
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await raw.read_head(reader)
-        writer.write(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-        await writer.drain()
-        await reader.read()
-
-    raw = Raw(serve)
+    raw = Raw.answering(
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+        + b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    )
     async with raw as pool:
         response = await get(pool)
         assert response.status == 200
@@ -262,16 +260,10 @@ async def test_interim_responses_are_skipped() -> None:
 async def test_upgrade_hands_over_the_bytes_after_the_101() -> None:
     """A 101 leaves the connection upgraded, with what followed its head kept for the tunnel."""
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await raw.read_head(reader)
-        writer.write(
-            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-            b"Connection: Upgrade\r\n\r\n\x81\x02hi"
-        )
-        await writer.drain()
-        await reader.read()
-
-    raw = Raw(serve)
+    raw = Raw.answering(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\n\r\n\x81\x02hi"
+    )
     async with raw as pool:
         response = await get(pool)
         assert response.status == 101
@@ -493,13 +485,7 @@ async def test_a_dead_pooled_connection_is_not_sent_again() -> None:
 async def test_garbage_status_line_is_a_protocol_error() -> None:
     """Bytes that are not an HTTP response: ``ProtocolError``."""
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await raw.read_head(reader)
-        writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
-        await writer.drain()
-        await reader.read()
-
-    raw = Raw(serve)
+    raw = Raw.answering(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
     async with raw as pool:
         with pytest.raises(ProtocolError):
             await get(pool)
@@ -519,13 +505,7 @@ async def test_a_head_over_the_limits_is_a_protocol_error(head: bytes) -> None:
     """A field over 8190 bytes, more than 128 fields, a long status line, a head that never
     ends: refused with ``ProtocolError`` (aiohttp's client limits)."""
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await raw.read_head(reader)
-        writer.write(head)
-        await writer.drain()
-        await reader.read()
-
-    raw = Raw(serve)
+    raw = Raw.answering(head)
     async with raw as pool:
         with pytest.raises(ProtocolError):
             await get(pool)
@@ -534,13 +514,7 @@ async def test_a_head_over_the_limits_is_a_protocol_error(head: bytes) -> None:
 async def test_too_many_interim_responses_is_a_protocol_error() -> None:
     """Past ``max_interim`` interim responses the response fails, the rest unparsed."""
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await raw.read_head(reader)
-        writer.write(b"HTTP/1.1 103 Early Hints\r\n\r\n" * 10_000)
-        await writer.drain()
-        await reader.read()
-
-    raw = Raw(serve)
+    raw = Raw.answering(b"HTTP/1.1 103 Early Hints\r\n\r\n" * 10_000)
     async with raw as pool:
         with pytest.raises(ProtocolError, match="interim"):
             await get(pool)

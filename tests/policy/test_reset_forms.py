@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from email.utils import formatdate
+from typing import NamedTuple
 
 import pytest
 from aiohttp import web
@@ -51,76 +52,89 @@ async def _envelope(
     return error
 
 
-async def test_hapi_user_reset_in_epoch_milliseconds(
-    start_upstream: StartUpstream, start_mend: StartMend
+class Documented(NamedTuple):
+    """An answer as its upstream documents it, and what mend must make of it."""
+
+    status: int
+    body: str
+    media_type: str
+    #: its headers, made as it answers (a reset is relative to that moment)
+    headers: Callable[[], dict[str, str]]
+    category: str
+    #: the wait the headers state, in ms
+    wait_ms: int
+
+
+_DOCUMENTED = [
+    pytest.param(
+        Documented(
+            429,
+            _BOOM_429,
+            "application/json",
+            lambda: {
+                "X-RateLimit-UserLimit": "5",
+                "X-RateLimit-UserRemaining": "0",
+                "X-RateLimit-UserReset": str(round(time.time() * 1000) + 42_000),
+            },
+            "rate_limit",
+            42_000,
+        ),
+        id="hapi-user-reset-epoch-ms",  # hapi-rate-limit's X-RateLimit-UserReset, epoch ms
+    ),
+    pytest.param(
+        Documented(
+            403,
+            _GITHUB_BODY,
+            "application/json",
+            lambda: {
+                "x-ratelimit-limit": "60",
+                "x-ratelimit-remaining": "0",
+                "x-ratelimit-used": "60",
+                "x-ratelimit-resource": "core",
+                "x-ratelimit-reset": str(int(time.time()) + 1800),
+            },
+            "rate_limit",
+            1_800_000,
+        ),
+        id="github-403-reset-epoch-s",  # GitHub's 403 whose body says rate limit
+    ),
+    pytest.param(
+        Documented(
+            403,
+            _GITHUB_BODY,
+            "application/json",
+            lambda: {"x-ratelimit-reset": str(int(time.time()) + 600)},
+            "rate_limit",
+            600_000,
+        ),
+        id="github-403-reset-alone",  # a proxy dropped the others: the body says rate limit
+    ),
+    pytest.param(
+        Documented(
+            503,
+            _MAINTENANCE,
+            "text/html",
+            lambda: {"Retry-After": formatdate(time.time() + 120, usegmt=True)},
+            "unavailable",
+            120_000,
+        ),
+        id="maintenance-503-http-date",  # Retry-After as an HTTP-date
+    ),
+]
+
+
+@pytest.mark.parametrize("case", _DOCUMENTED)
+async def test_documented_answers_state_their_wait(
+    start_upstream: StartUpstream, start_mend: StartMend, case: Documented
 ) -> None:
-    """hapi-rate-limit's X-RateLimit-UserReset (epoch ms) gives the wait until that moment."""
+    """An answer as its upstream documents it (hapi, GitHub, a maintenance page) is retryable
+    in its category, and waits until the reset it states, within 2 s."""
     answer = lambda: web.Response(  # noqa: E731
-        status=429,
-        text=_BOOM_429,
-        content_type="application/json",
-        headers={
-            "X-RateLimit-UserLimit": "5",
-            "X-RateLimit-UserRemaining": "0",
-            "X-RateLimit-UserReset": str(round(time.time() * 1000) + 42_000),
-        },
+        status=case.status, text=case.body, content_type=case.media_type, headers=case.headers()
     )
     error = await _envelope(start_upstream, start_mend, answer)
-    assert (error["category"], error["retryable"]) == ("rate_limit", True)
-    assert abs(int(error["retry_after_ms"]) - 42_000) <= 2000  # type: ignore[call-overload]
-
-
-async def test_github_403_rate_limit_reset_in_epoch_seconds(
-    start_upstream: StartUpstream, start_mend: StartMend
-) -> None:
-    """GitHub's 403 whose body says rate limit, x-ratelimit-reset in epoch seconds: a rate limit,
-    retryable, waiting until the reset."""
-    answer = lambda: web.Response(  # noqa: E731
-        status=403,
-        text=_GITHUB_BODY,
-        content_type="application/json",
-        headers={
-            "x-ratelimit-limit": "60",
-            "x-ratelimit-remaining": "0",
-            "x-ratelimit-used": "60",
-            "x-ratelimit-resource": "core",
-            "x-ratelimit-reset": str(int(time.time()) + 1800),
-        },
-    )
-    error = await _envelope(start_upstream, start_mend, answer)
-    assert (error["category"], error["retryable"]) == ("rate_limit", True)
-    assert abs(int(error["retry_after_ms"]) - 1_800_000) <= 2000  # type: ignore[call-overload]
-
-
-async def test_github_403_rate_limit_without_remaining_header(
-    start_upstream: StartUpstream, start_mend: StartMend
-) -> None:
-    """The same 403 with only x-ratelimit-reset (a proxy dropped the others): the body says
-    rate limit, and the reset still gives the wait."""
-    answer = lambda: web.Response(  # noqa: E731
-        status=403,
-        text=_GITHUB_BODY,
-        content_type="application/json",
-        headers={"x-ratelimit-reset": str(int(time.time()) + 600)},
-    )
-    error = await _envelope(start_upstream, start_mend, answer)
-    assert (error["category"], error["retryable"]) == ("rate_limit", True)
-    assert abs(int(error["retry_after_ms"]) - 600_000) <= 2000  # type: ignore[call-overload]
-
-
-async def test_maintenance_503_retry_after_http_date(
-    start_upstream: StartUpstream, start_mend: StartMend
-) -> None:
-    """A 503 maintenance page with Retry-After as an HTTP-date waits until that date."""
-    answer = lambda: web.Response(  # noqa: E731
-        status=503,
-        text=_MAINTENANCE,
-        content_type="text/html",
-        headers={"Retry-After": formatdate(time.time() + 120, usegmt=True)},
-    )
-    error = await _envelope(start_upstream, start_mend, answer)
-    assert (error["category"], error["retryable"]) == ("unavailable", True)
-    assert abs(int(error["retry_after_ms"]) - 120_000) <= 2000  # type: ignore[call-overload]
+    assert (error["category"], error["retryable"]) == (case.category, True)
+    assert abs(int(error["retry_after_ms"]) - case.wait_ms) <= 2000  # type: ignore[call-overload]
 
 
 async def test_reset_in_the_current_second_is_not_zero(

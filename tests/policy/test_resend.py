@@ -102,15 +102,24 @@ async def _start(start_mend: StartMend, url: str) -> Mend:
     return await start_mend(url, route={"read_timeout": READ_TIMEOUT, "connect_timeout": 0.5})
 
 
+async def _lost(
+    start_mend: StartMend, kind: str, method: str, key: str | None = None
+) -> tuple[dict[str, Any], dict[str, str], RawUpstream | None]:
+    """The envelope and headers of ``method`` through mend to an upstream that ``kind``s it
+    (hangs, resets, refuses), and the upstream that took it."""
+    async with _upstream(kind) as (url, raw):
+        mend = await _start(start_mend, url)
+        error, headers = await _call(mend, method, key=key)
+    return error, headers, raw
+
+
 @pytest.mark.parametrize("kind", ["hang", "reset"])
 @pytest.mark.parametrize("method", IDEMPOTENT)
 async def test_idempotent_method_sent_then_lost_is_retryable(
     start_mend: StartMend, kind: str, method: str
 ) -> None:
     """An idempotent method that reached the upstream and got no answer: applied unknown, retry."""
-    async with _upstream(kind) as (url, raw):
-        mend = await _start(start_mend, url)
-        error, headers = await _call(mend, method)
+    error, headers, raw = await _lost(start_mend, kind, method)
     assert raw is not None
     assert raw.requests >= 1
     assert error["code"] == ("UPSTREAM_TIMEOUT" if kind == "hang" else "UPSTREAM_PROTOCOL_ERROR")
@@ -124,9 +133,7 @@ async def test_write_sent_then_lost_is_not_retryable(
     start_mend: StartMend, kind: str, method: str
 ) -> None:
     """A POST or PATCH without a key that may have been applied: not retryable, check first."""
-    async with _upstream(kind) as (url, raw):
-        mend = await _start(start_mend, url)
-        error, headers = await _call(mend, method)
+    error, headers, raw = await _lost(start_mend, kind, method)
     assert raw is not None
     assert raw.requests == 1
     assert (error["applied"], error["retryable"]) == ("unknown", False)
@@ -142,9 +149,7 @@ async def test_write_with_idempotency_key_is_retryable_with_the_same_key(
     start_mend: StartMend, kind: str, method: str
 ) -> None:
     """A POST or PATCH carrying an Idempotency-Key: retryable, and the plan says reuse the key."""
-    async with _upstream(kind) as (url, _):
-        mend = await _start(start_mend, url)
-        error, headers = await _call(mend, method, key="order-7-attempt")
+    error, headers, _ = await _lost(start_mend, kind, method, key="order-7-attempt")
     assert (error["applied"], error["retryable"], error["action"]) == ("unknown", True, "retry")
     assert "same Idempotency-Key" in error["hint"]
     assert any("same Idempotency-Key" in step for step in error["steps"])
@@ -155,9 +160,7 @@ async def test_write_with_idempotency_key_is_retryable_with_the_same_key(
 @pytest.mark.parametrize("method", [*IDEMPOTENT, *WRITES])
 async def test_refused_connection_was_not_applied(start_mend: StartMend, method: str) -> None:
     """A refused connection sent nothing: applied no, retryable whatever the method."""
-    async with _upstream("refused") as (url, _):
-        mend = await _start(start_mend, url)
-        error, headers = await _call(mend, method)
+    error, headers, _ = await _lost(start_mend, "refused", method)
     assert error["code"] == "UPSTREAM_UNREACHABLE"
     assert (error["applied"], error["retryable"], error["action"]) == ("no", True, "retry")
     assert "Retry-After" in headers
@@ -243,32 +246,28 @@ async def test_reset_get_reaches_the_upstream_once(start_mend: StartMend) -> Non
     assert raw.requests == 1
 
 
-async def test_route_override_makes_a_post_retryable(start_mend: StartMend) -> None:
-    """A route's retry_safe entry for a POST that only reads: retryable after a hang."""
+@pytest.mark.parametrize(
+    ("method", "operation", "safe", "advice"),
+    [
+        pytest.param("POST", "POST /orders/*", True, (True, "retry"), id="a-post-that-reads"),
+        pytest.param("PUT", "PUT /orders/**", False, (False, "escalate"), id="a-put-that-appends"),
+    ],
+)
+async def test_route_override_decides_a_resend(
+    start_mend: StartMend, method: str, operation: str, safe: bool, advice: tuple[bool, str]
+) -> None:
+    """A route's retry_safe entry overrides the method after a hang: a POST that only reads is
+    retryable, a PUT marked unsafe (an upstream that appends on PUT) is checked first."""
     async with _upstream("hang") as (url, _):
         mend = await start_mend(
             url,
             route={
                 "read_timeout": READ_TIMEOUT,
-                "retry_safe": [{"operation": "POST /orders/*", "safe": True}],
+                "retry_safe": [{"operation": operation, "safe": safe}],
             },
         )
-        error, _ = await _call(mend, "POST")
-    assert (error["applied"], error["retryable"], error["action"]) == ("unknown", True, "retry")
-
-
-async def test_route_override_makes_a_put_check_first(start_mend: StartMend) -> None:
-    """A route's retry_safe entry marking a PUT unsafe (an upstream that appends on PUT)."""
-    async with _upstream("hang") as (url, _):
-        mend = await start_mend(
-            url,
-            route={
-                "read_timeout": READ_TIMEOUT,
-                "retry_safe": [{"operation": "PUT /orders/**", "safe": False}],
-            },
-        )
-        error, _ = await _call(mend, "PUT")
-    assert (error["applied"], error["retryable"], error["action"]) == ("unknown", False, "escalate")
+        error, _ = await _call(mend, method)
+    assert (error["applied"], error["retryable"], error["action"]) == ("unknown", *advice)
 
 
 SHOP = Path(__file__).parents[1] / "data" / "openapi" / "shop-3.0.yaml"

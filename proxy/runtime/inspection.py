@@ -61,6 +61,18 @@ def metadata_requested(flow: Flow) -> bool:
     )
 
 
+def metadata_document(flow: Flow, raw: bytes) -> bytes | None:
+    """Protected-resource metadata naming mend as the resource, when the request asked for it
+    and its ``resource`` names the upstream (``proxy/edge/resource_metadata.py``)."""
+    runtime = flow.runtime
+    if runtime is None or runtime.redirects is None or not metadata_requested(flow):
+        return None
+    base = flow.agent_base()
+    if "://" not in base:  # no origin known to name: as it came
+        return None
+    return resource_metadata.rewritten(raw, runtime.redirects, base)
+
+
 def bare_call(detector: Detector, request: web.BaseRequest) -> Call:
     """A call for a request nothing marked, for a response that names its own protocol."""
     return detector.make(

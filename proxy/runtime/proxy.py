@@ -20,7 +20,7 @@ from structlog.typing import FilteringBoundLogger
 from proxy.config.choices import ProtocolName
 from proxy.config.settings import Settings
 from proxy.edge import agent_body as intake
-from proxy.edge import relay, resource_metadata
+from proxy.edge import relay
 from proxy.edge.failures import ForwardProxyRefused, ProxyFailure, RouteNotFound, upstream_errors
 from proxy.edge.forward import upstream_request_headers
 from proxy.edge.hosts import allowed, speaks_mcp
@@ -51,7 +51,7 @@ from proxy.runtime.events import EventStream, lists_tools
 from proxy.runtime.failures import Recent
 from proxy.runtime.flow import GENERATION, Flow
 from proxy.runtime.generation import Generation, Generations, unverified
-from proxy.runtime.inspection import bare_call, classify, metadata_requested
+from proxy.runtime.inspection import bare_call, classify, metadata_document
 from proxy.runtime.own_failures import OwnFailures, judge
 from proxy.runtime.record import Recorder
 from proxy.runtime.retries import Retrier
@@ -288,7 +288,7 @@ class Proxy:
             )
         else:  # a success, or an error no rule calls one, as it came
             redirect = flow.redirect()
-            document = _metadata(flow, raw) if is_success and complete else None
+            document = metadata_document(flow, raw) if is_success and complete else None
             passed = relay.buffered(
                 upstream, document or raw, flow.request_id, redirect, flow.added()
             )
@@ -427,18 +427,6 @@ class Proxy:
         await self.crosscall.close()
         if self.tracer is not None:
             await self.tracer.close()
-
-
-def _metadata(flow: Flow, raw: bytes) -> bytes | None:
-    """Protected-resource metadata naming mend as the resource, when the request asked for it
-    and its ``resource`` names the upstream (``proxy/edge/resource_metadata.py``)."""
-    runtime = flow.runtime
-    if runtime is None or runtime.redirects is None or not metadata_requested(flow):
-        return None
-    base = flow.agent_base()
-    if "://" not in base:  # no origin known to name: as it came
-        return None
-    return resource_metadata.rewritten(raw, runtime.redirects, base)
 
 
 def _parsed(flow: Flow, raw: bytes, *, cut: bool) -> bodies.Body:

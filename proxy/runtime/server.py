@@ -38,8 +38,9 @@ from proxy.edge.limits import FdWatch, connection_budget, raise_nofile
 from proxy.edge.server import Listener
 from proxy.edge.tls import ListenerCertificate, reload_counter
 from proxy.observation import tracing
-from proxy.observation.logs import LineWriter, make_logger, route_stdlib_logging
+from proxy.observation.logs import LineWriter, make_logger
 from proxy.observation.metrics import MULTIPROC_ENV
+from proxy.observation.stdlib_logs import route_stdlib_logging
 from proxy.policy.crosscall.store import StateStore
 from proxy.policy.ruleengine import Engine, RuleStore
 from proxy.runtime.admin import create_admin_app

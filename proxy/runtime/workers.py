@@ -26,8 +26,9 @@ from proxy.config.settings import Settings, parse_hostport
 from proxy.config.sources import ConfigSource
 from proxy.config.yamlfile import RuleError
 from proxy.edge.tls import ListenerCertificate
-from proxy.observation.logs import make_logger, route_stdlib_logging
+from proxy.observation.logs import make_logger
 from proxy.observation.metrics import MULTIPROC_ENV
+from proxy.observation.stdlib_logs import route_stdlib_logging
 from proxy.policy.ruleengine import Loaded
 from proxy.runtime.admin import admin_application
 from proxy.runtime.admin_page import add_cockpit_routes

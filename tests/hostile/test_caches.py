@@ -6,8 +6,8 @@ import logging
 import tracemalloc
 from collections.abc import Callable
 
-from proxy.observation.logs import RepeatCounter, repeat_key
 from proxy.observation.metrics import RepeatTracker
+from proxy.observation.stdlib_logs import RepeatCounter, repeat_key
 
 MB = 1 << 20
 PATH_BYTES = 8 << 10

@@ -16,7 +16,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from proxy.observation.logs import StdlibHandler, exception_line, make_logger, route_stdlib_logging
+from proxy.observation.logs import exception_line, make_logger
+from proxy.observation.stdlib_logs import StdlibHandler, route_stdlib_logging
 
 ROUTED = ("", "aiohttp", "asyncio")
 

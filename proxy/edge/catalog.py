@@ -29,7 +29,7 @@ from proxy.policy.build import BuildOptions
 from proxy.policy.envelope import Envelope
 from proxy.policy.evaluate import agent_redactor, recorded_exchange, rewrite
 from proxy.policy.openapi.operation_codes import OperationCodes
-from proxy.policy.ruleset import ERROR_STATUSES, Match, Rule
+from proxy.policy.rule import ERROR_STATUSES, Match, Rule
 from proxy.policy.shared_codes import CodeDoc, load_codes
 
 BASE = "/_mend/errors"

@@ -20,7 +20,8 @@ from proxy.policy.protocols import arguments
 from proxy.policy.protocols.base import Call, Protocol, Rendered, Unit
 from proxy.policy.protocols.detect import Detector
 from proxy.policy.redaction import Redactor, Scrubbed, echo
-from proxy.policy.ruleset import Match, RuleSet
+from proxy.policy.rule import Match
+from proxy.policy.ruleset import RuleSet
 from proxy.policy.scrubber import Scrubber
 
 

@@ -24,8 +24,9 @@ from proxy.policy.build import BuildOptions
 from proxy.policy.evaluate import Answer, Evaluation, answer_exchange, recorded_exchange
 from proxy.policy.exchange import NOT_JSON, Exchange
 from proxy.policy.protocols.detect import Detector, default_protocols
+from proxy.policy.rule import Verdict
 from proxy.policy.ruleengine import Engine
-from proxy.policy.ruleset import RuleSet, Verdict
+from proxy.policy.ruleset import RuleSet
 from proxy.policy.shorten import shortened
 from proxy.policy.words import counted
 

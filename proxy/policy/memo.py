@@ -1,4 +1,4 @@
-"""Whether a memory of responses seen before is worth asking (``ruleset.MatchMemory``,
+"""Whether a memory of responses seen before is worth asking (``match_memory.MatchMemory``,
 ``scrubber.Remembered``).
 
 A memory pays for itself when responses repeat (an API answering an unchanged retry with the

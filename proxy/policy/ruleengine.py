@@ -16,12 +16,14 @@ from proxy.config.certificates import ClientTLS, TLSFileError, client_tls
 from proxy.config.redaction import RedactionSettings
 from proxy.config.settings import Settings
 from proxy.config.yamlfile import RuleError, exhausted
+from proxy.policy.candidates import BodySets
 from proxy.policy.openapi.spec import Spec
 from proxy.policy.redaction import Redactor
 from proxy.policy.redaction.detectors import LoadedDetector
 from proxy.policy.redaction.sets import build_set, load_shipped
+from proxy.policy.rule import Rule
 from proxy.policy.rulefile import LoadedRule, load_rule_text, load_rules
-from proxy.policy.ruleset import BodySets, Rule, RuleSet
+from proxy.policy.ruleset import RuleSet
 
 _HERE = Path(__file__).resolve().parent
 FALLBACKS = _HERE / "fallbacks.yaml"

@@ -16,8 +16,8 @@ from proxy.policy.exchange import Exchange
 from proxy.policy.protocols.base import Protocol
 from proxy.policy.protocols.detect import Detector
 from proxy.policy.retry_safety import RetrySafety
+from proxy.policy.rule import Match
 from proxy.policy.rulecheck import OWN_FAILURE_VARS
-from proxy.policy.ruleset import Match
 
 if TYPE_CHECKING:
     from proxy.runtime.flow import Flow

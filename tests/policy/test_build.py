@@ -12,8 +12,9 @@ from proxy.policy.build import BuildOptions, upstream_message
 from proxy.policy.evaluate import evaluate, recorded_exchange
 from proxy.policy.redaction import Redactor
 from proxy.policy.regex import linear
+from proxy.policy.rule import Rule
 from proxy.policy.rulefile import load_rule_text
-from proxy.policy.ruleset import Rule, RuleSet
+from proxy.policy.ruleset import RuleSet
 
 RULES = """\
 rules:

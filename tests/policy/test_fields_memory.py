@@ -21,7 +21,8 @@ from proxy.policy.compiled_envelope import CompiledInvalidFields
 from proxy.policy.evaluate import Evaluation, agent_redactor, recorded_exchange, rewrite
 from proxy.policy.exchange import Exchange
 from proxy.policy.redaction import Redactor
-from proxy.policy.ruleset import Match, RuleSet
+from proxy.policy.rule import Match
+from proxy.policy.ruleset import RuleSet
 from proxy.policy.scrubber import Scrubber
 from proxy.tools.ruletest.engines import Engines
 from tests.policy.memory_cases import Replays, corpus_entries, pack_cases

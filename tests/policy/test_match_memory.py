@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from proxy.policy import ruleset as ruleset_module
+from proxy.policy import match_memory
 from proxy.policy.build import BuildOptions
 from proxy.policy.evaluate import agent_redactor, recorded_exchange, rewrite
 from proxy.policy.exchange import Exchange
-from proxy.policy.ruleset import Match, Rule, RuleSet
+from proxy.policy.rule import Match, Rule
+from proxy.policy.ruleset import RuleSet
 from proxy.tools.ruletest.engines import Engines
 from tests.policy.memory_cases import Replays, corpus_entries, pack_cases
 
@@ -122,7 +123,7 @@ def test_found_values_are_copied_out_of_memory() -> None:
 
 def test_memory_is_bounded_by_entries(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past its entry cap the memory drops its oldest response first."""
-    monkeypatch.setattr(ruleset_module, "_MATCHES_MAX", 4)
+    monkeypatch.setattr(match_memory, "_MATCHES_MAX", 4)
     ruleset = _fresh()
     memory = ruleset.memory
     assert memory is not None
@@ -137,7 +138,7 @@ def test_memory_is_bounded_by_entries(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_memory_is_bounded_by_characters(monkeypatch: pytest.MonkeyPatch) -> None:
     """The characters of the remembered keys stay under the budget, the oldest dropped first."""
-    monkeypatch.setattr(ruleset_module, "_MATCH_CHARS_MAX", 300)
+    monkeypatch.setattr(match_memory, "_MATCH_CHARS_MAX", 300)
     ruleset = _fresh()
     memory = ruleset.memory
     assert memory is not None
@@ -152,7 +153,7 @@ def test_a_long_body_is_matched_and_not_remembered() -> None:
     ruleset = _fresh()
     memory = ruleset.memory
     assert memory is not None
-    body = '{"error": "' + "x" * (ruleset_module._MATCH_TEXT_MAX + 1) + '"}'
+    body = '{"error": "' + "x" * (match_memory._MATCH_TEXT_MAX + 1) + '"}'
     match = ruleset.match(_exchange({}, body))
     assert match is not None
     assert match.rule.id == ruleset.walk(_exchange({}, body)).rule.id  # type: ignore[union-attr]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from proxy.policy.match_memory import MatchMemory
 from proxy.policy.memo import PROBE, RATIO, REST, Probation
-from proxy.policy.ruleset import MatchMemory
 
 
 def _score(probation: Probation, hits: int, misses: int) -> None:

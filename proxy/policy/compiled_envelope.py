@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.policy.envelope import Action, Category, Severity
-from proxy.policy.rulefile import EnvelopeSpec, InvalidFieldsSpec, compile_jmespath
+from proxy.policy.rulespec import EnvelopeSpec, InvalidFieldsSpec, compile_jmespath
 from proxy.policy.scrubber import Remembered
 from proxy.policy.template import Template, compile_value
 

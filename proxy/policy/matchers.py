@@ -16,7 +16,7 @@ from proxy.policy import header_json
 from proxy.policy.exchange import NOT_JSON, Exchange
 from proxy.policy.query import json_equals
 from proxy.policy.regex import Linear, escape, linear
-from proxy.policy.rulefile import JsonCondition, When, compile_jmespath, parse_status
+from proxy.policy.rulespec import JsonCondition, When, compile_jmespath, parse_status
 
 Found = dict[str, Any]
 _JSON_COST = 3

@@ -18,7 +18,8 @@ from proxy.policy.matchers import (
     speaks_protocol,
     statuses,
 )
-from proxy.policy.rulefile import Docs, LoadedRule, compile_jmespath
+from proxy.policy.rulefile import LoadedRule
+from proxy.policy.rulespec import Docs, compile_jmespath
 
 ERROR_STATUSES = frozenset(range(400, 600))
 SUCCESS_STATUSES = frozenset(range(200, 300))

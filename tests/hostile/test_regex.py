@@ -29,7 +29,7 @@ from proxy.policy.gated import GatedPattern
 from proxy.policy.redaction import Redactor
 from proxy.policy.redaction.lines import DANGLING
 from proxy.policy.regex import Linear, linear
-from proxy.policy.rulefile import When
+from proxy.policy.rulespec import When
 
 #: Generous: each input below takes milliseconds now and took seconds before.
 BUDGET_S = 0.5

@@ -21,8 +21,8 @@ from proxy.policy.evaluate import agent_redactor, recorded_exchange, rewrite, sc
 from proxy.policy.exchange import Exchange
 from proxy.policy.redaction import Redactor
 from proxy.policy.rule import Match
-from proxy.policy.rulefile import EnvelopeSpec
 from proxy.policy.ruleset import RuleSet
+from proxy.policy.rulespec import EnvelopeSpec
 from proxy.policy.variables import Lookup
 from proxy.tools.ruletest.engines import Engines
 from tests.policy.memory_cases import Replays, corpus_entries, pack_cases

@@ -9,7 +9,8 @@ import pytest
 from proxy.config import yamlfile
 from proxy.config.sources import load_settings
 from proxy.config.yamlfile import RuleError
-from proxy.policy.rulefile import load_rule_text, load_rules, parse_status
+from proxy.policy.rulefile import load_rule_text, load_rules
+from proxy.policy.rulespec import parse_status
 
 GOOD = """\
 pack: demo

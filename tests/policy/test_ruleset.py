@@ -13,8 +13,9 @@ from proxy.policy.evaluate import recorded_exchange
 from proxy.policy.exchange import Exchange
 from proxy.policy.matchers import Found, Predicate, required_keys
 from proxy.policy.rule import Rule
-from proxy.policy.rulefile import When, load_rule_text
+from proxy.policy.rulefile import load_rule_text
 from proxy.policy.ruleset import RuleSet
+from proxy.policy.rulespec import When
 from proxy.tools.ruletest.cases import RequestSpec, ResponseSpec
 from proxy.tools.ruletest.engines import Engines, exchange_for
 from proxy.tools.ruletest.loading import load_cases

@@ -20,7 +20,8 @@ from proxy.config.yamlfile import RuleError
 from proxy.observation.logs import make_logger
 from proxy.policy.rulecheck import undefined_variables
 from proxy.policy.ruleengine import Engine, RuleStore
-from proxy.policy.rulefile import RuleSpec, load_rule_text, load_rules
+from proxy.policy.rulefile import load_rule_text, load_rules
+from proxy.policy.rulespec import RuleSpec
 from proxy.runtime.admin import create_admin_app
 
 ROOT = Path(__file__).resolve().parents[2]

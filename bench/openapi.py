@@ -37,7 +37,7 @@ from bench import callgrind, upstream
 from bench.callgrind import _TOTAL
 from bench.procs import ProcessGroup, free_port, pinned, wait_ready
 from bench.wrk import parse_wrk
-from proxy.policy.envelope import Category, Envelope, InvalidField
+from proxy.policy.envelope.model import Category, Envelope, InvalidField
 from proxy.policy.openapi.agent_request import Request
 from proxy.policy.openapi.enrich import enrich
 from proxy.policy.openapi.spec import Mount, Spec

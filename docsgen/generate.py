@@ -8,7 +8,7 @@ from pathlib import Path
 
 from docsgen import cli, models, packs
 from proxy.config.settings import Settings
-from proxy.policy.rulespec import RuleFile
+from proxy.policy.rules.rulespec import RuleFile
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -176,7 +176,7 @@ def test_quick_run_measures_every_configuration_and_path(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("count", [10, 1000])
 def test_generated_rules_load_with_mends_loader(tmp_path: Path, count: int) -> None:
-    rulefile = pytest.importorskip("proxy.policy.rulefile")
+    rulefile = pytest.importorskip("proxy.policy.rules.rulefile")
     rules = rulefile.load_rules([rulegen.write_rules(tmp_path, count)])
     assert len(rules) == count
 

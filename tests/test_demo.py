@@ -33,7 +33,7 @@ from demo.agent import (
     set_pointer,
 )
 from demo.legacy_api import CLIENT_ID, CLIENT_SECRET, NGINX_503, create_legacy_app
-from proxy.policy.envelope import Action, Envelope, Severity, envelope_body
+from proxy.policy.envelope.model import Action, Envelope, Severity, envelope_body
 
 REPO = Path(__file__).resolve().parents[1]
 StartServer = Callable[..., Awaitable[TestServer]]

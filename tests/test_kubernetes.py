@@ -42,7 +42,7 @@ import yaml
 from kubernetes_validate import utils as kv  # type: ignore[import-untyped]
 from referencing import Registry, Resource
 
-from proxy.policy.rulefile import load_rules
+from proxy.policy.rules.rulefile import load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy" / "kubernetes"

@@ -35,7 +35,7 @@ from dockerfile_parse import DockerfileParser  # type: ignore[import-untyped]
 
 from proxy.config import settings
 from proxy.config.settings import PACKAGED_RULES
-from proxy.policy.ruleengine import FALLBACKS, OWN_ERRORS
+from proxy.policy.rules.ruleengine import FALLBACKS, OWN_ERRORS
 from proxy.tools.ruletest.loading import DEFAULT_TESTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +54,7 @@ def test_packs_are_found_through_importlib_resources_in_a_checkout() -> None:
     assert PACKAGED_RULES == ROOT / "rules"
     assert DEFAULT_TESTS == ROOT / "rules" / "tests"
     assert len(PACKS) >= 20
-    assert list(DEFAULT_TESTS.glob("*.yaml"))  # one per pack: tests/policy/test_packs.py
+    assert list(DEFAULT_TESTS.glob("*.yaml"))  # one per pack: tests/policy/rules/test_packs.py
 
 
 def test_an_installed_proxy_rules_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -309,7 +309,7 @@ def test_wheel_holds_the_packs_their_tests_and_every_data_file(wheel: tuple[Path
     assert expected <= names, sorted(expected - names)
     assert {f"proxy/rules/{p.name}" for p in PACKS} <= names
     assert {f"proxy/rules/tests/{p.name}" for p in CASES} <= names
-    assert {"proxy/policy/fallbacks.yaml", "proxy/policy/own_errors.yaml"} <= names
+    assert {"proxy/policy/rules/fallbacks.yaml", "proxy/policy/rules/own_errors.yaml"} <= names
     assert not [n for n in names if ".data/" in n]
     outside = {n.split("/")[0] for n in names} - {"proxy"}
     assert all(top.endswith(".dist-info") for top in outside), outside

@@ -76,9 +76,8 @@ _OPERATION = re.compile(r"^[A-Z]{1,16} /\S*$")
 
 class RetrySafe(Frozen):
     """One override of the retry advice for a request that may already have taken effect
-    (docs/contract.md §1, ``proxy/policy/resend.py``): whether the requests it names are safe to
-    send again,
-    whatever their method or the MCP tool's annotations say. First match wins."""
+    (docs/contract.md §1, ``proxy/policy/retry/resend.py``): whether the requests it names are safe
+    to send again, whatever their method or the MCP tool's annotations say. First match wins."""
 
     #: an MCP tool's name, or a glob of names (``search_*``)
     tool: str | None = Field(None, min_length=1, max_length=256)

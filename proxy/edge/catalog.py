@@ -24,13 +24,13 @@ import orjson
 from aiohttp import web
 
 from proxy.config.settings import Settings
-from proxy.policy.accept import MediaRange, media_ranges
-from proxy.policy.build import BuildOptions
-from proxy.policy.envelope import Envelope
+from proxy.policy.envelope.build import BuildOptions
+from proxy.policy.envelope.model import Envelope
+from proxy.policy.envelope.shared_codes import CodeDoc, load_codes
 from proxy.policy.evaluate import agent_redactor, recorded_exchange, rewrite
 from proxy.policy.openapi.operation_codes import OperationCodes
-from proxy.policy.rule import ERROR_STATUSES, Match, Rule
-from proxy.policy.shared_codes import CodeDoc, load_codes
+from proxy.policy.render.accept import MediaRange, media_ranges
+from proxy.policy.rules.rule import ERROR_STATUSES, Match, Rule
 
 BASE = "/_mend/errors"
 _EXAMPLE_METHOD, _EXAMPLE_PATH = "POST", "/example"
@@ -93,12 +93,10 @@ def entries(
 ) -> dict[str, dict[str, Any]]:
     """One entry per code, in order of its first rule.
 
-    A code described in ``codes`` (proxy/policy/codes.yaml: the shared ones) takes its summary,
-    cause
-    and fix from there and its example from its ``example_rule``; any other code is described
-    by its first rule. Then every rule that produces the code is listed -- by id, never by
-    source file and line, which are the operator's (``mend explain``, the admin port's
-    ``/rules``).
+    A code described in ``codes`` (proxy/policy/envelope/codes.yaml: the shared ones) takes its
+    summary, cause and fix from there and its example from its ``example_rule``; any other code is
+    described by its first rule. Then every rule that produces the code is listed -- by id, never by
+    source file and line, which are the operator's (``mend explain``, the admin port's ``/rules``).
     """
     own_ids = set(own)
     described = codes or {}

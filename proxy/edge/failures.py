@@ -17,7 +17,7 @@ from proxy.edge.upstream.errors import (
     RequestBodyFailed,
     UpstreamError,
 )
-from proxy.policy.envelope import Applied
+from proxy.policy.envelope.model import Applied
 
 
 class ProxyFailure(Exception):

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from proxy.config.route import Route
 from proxy.edge.openapi_refusal import RequestInvalid
-from proxy.policy.envelope import Envelope
+from proxy.policy.envelope.model import Envelope
 from proxy.policy.exchange import NOT_JSON
 from proxy.policy.openapi.agent_request import Request
 from proxy.policy.openapi.check_first import checked_first
@@ -26,7 +26,7 @@ from proxy.policy.openapi.enrich import enrich
 from proxy.policy.openapi.spec import Mount, Spec
 from proxy.policy.openapi.violations import Violation
 from proxy.policy.protocols.base import replayed
-from proxy.policy.ruleengine import Loaded
+from proxy.policy.rules.ruleengine import Loaded
 
 #: Bytes of a request body read to check it; a longer body goes unchecked (its parameters are
 #: still checked), never refused for its length here.

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 from proxy import __version__
-from proxy.policy.envelope import Envelope
+from proxy.policy.envelope.model import Envelope
 
 #: prometheus-client's multiprocess mode: the directory ``--workers`` share (set by the
 #: supervisor); each worker also writes its unexplained shapes there

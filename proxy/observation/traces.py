@@ -40,7 +40,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from proxy import __version__
 from proxy.config.trace_config import TraceConfig
 from proxy.observation.span_names import ATTRIBUTE_MAX, protocol_attributes
-from proxy.policy.envelope import Envelope, Severity
+from proxy.policy.envelope.model import Envelope, Severity
 from proxy.policy.exchange import Exchange
 from proxy.policy.protocols.base import Call, replayed
 from proxy.policy.protocols.jsonrpc import JsonRpc

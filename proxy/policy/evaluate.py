@@ -13,16 +13,16 @@ from typing import Any
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.policy import upstream_body as bodies
-from proxy.policy.build import BuildOptions, build
-from proxy.policy.envelope import Envelope
+from proxy.policy.envelope.build import BuildOptions, build
+from proxy.policy.envelope.model import Envelope
+from proxy.policy.envelope.scrubber import Scrubber
 from proxy.policy.exchange import Exchange
 from proxy.policy.protocols import arguments
 from proxy.policy.protocols.base import Call, Protocol, Rendered, Unit
 from proxy.policy.protocols.detect import Detector
 from proxy.policy.redaction import Redactor, Scrubbed, echo
-from proxy.policy.rule import Match
-from proxy.policy.ruleset import RuleSet
-from proxy.policy.scrubber import Scrubber
+from proxy.policy.rules.rule import Match
+from proxy.policy.rules.ruleset import RuleSet
 
 
 def agent_redactor() -> Redactor:

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from proxy.policy.envelope import Applied
+from proxy.policy.envelope.model import Applied
 
 if TYPE_CHECKING:
-    from proxy.policy.query import Query
+    from proxy.policy.rules.query import Query
 
 
 class _NotJson:
@@ -47,8 +47,8 @@ class Exchange:
     tool: str | None = None
     #: mend's own failure: whether the request may have taken effect upstream (docs/contract.md §1
     #: ``applied``; ``None``: the upstream answered), and whether sending it again is safe when
-    #: something other than its method says (``proxy/policy/retry_safety.py``: a route override, an
-    #: MCP tool's annotations; ``None``: the method decides)
+    #: something other than its method says (``proxy/policy/retry/retry_safety.py``: a route
+    #: override, an MCP tool's annotations; ``None``: the method decides)
     applied: Applied | None = None
     retry_safe: bool | None = None
     #: an MCP tool its server did not mark non-destructive: a plan to check first asks the user

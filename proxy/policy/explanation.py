@@ -20,15 +20,15 @@ from proxy.config.choices import ProtocolName
 from proxy.config.route import Route, below
 from proxy.config.settings import Settings
 from proxy.policy import json_depth
-from proxy.policy.build import BuildOptions
+from proxy.policy.envelope.build import BuildOptions
 from proxy.policy.evaluate import Answer, Evaluation, answer_exchange, recorded_exchange
 from proxy.policy.exchange import NOT_JSON, Exchange
 from proxy.policy.protocols.detect import Detector, default_protocols
-from proxy.policy.rule import Verdict
-from proxy.policy.ruleengine import Engine
-from proxy.policy.ruleset import RuleSet
+from proxy.policy.rules.rule import Verdict
+from proxy.policy.rules.ruleengine import Engine
+from proxy.policy.rules.ruleset import RuleSet
+from proxy.policy.rules.words import counted
 from proxy.policy.shorten import shortened
-from proxy.policy.words import counted
 
 #: Content-Type assumed for a ``--body-file`` with this extension when no header names one.
 MEDIA_BY_EXTENSION = {

@@ -15,7 +15,7 @@ from structlog.typing import FilteringBoundLogger
 
 from proxy.config.yamlfile import RuleError
 from proxy.observation.logs import make_logger
-from proxy.policy.ruleengine import RuleStore
+from proxy.policy.rules.ruleengine import RuleStore
 from proxy.runtime.admin_page import READ_ONLY_POSTS, add_cockpit_routes
 from proxy.runtime.books import Books
 from proxy.runtime.cockpit import MAX_PLAYGROUND_BODY, process_cockpit

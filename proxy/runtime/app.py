@@ -25,7 +25,7 @@ from proxy.observation.logs import make_logger
 from proxy.observation.metrics import Metrics
 from proxy.policy.crosscall.view import CrossCall
 from proxy.policy.protocols.detect import Detector, default_protocols
-from proxy.policy.ruleengine import Engine, RuleStore
+from proxy.policy.rules.ruleengine import Engine, RuleStore
 from proxy.runtime.books import Books
 from proxy.runtime.proxy import SESSION_PATH, Proxy
 

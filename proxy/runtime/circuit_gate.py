@@ -10,7 +10,7 @@ from proxy.edge.failures import CircuitOpen
 from proxy.edge.openapi_gate import OpenAPIGate
 from proxy.policy.crosscall.circuit import Circuits, LastError
 from proxy.policy.crosscall.operation import operation_key
-from proxy.policy.retry import retry_after_ms
+from proxy.policy.retry.retry import retry_after_ms
 
 if TYPE_CHECKING:
     from proxy.config.route import Route

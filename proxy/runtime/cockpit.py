@@ -25,8 +25,8 @@ from proxy.observation.recent import Failure, RecentLimits
 from proxy.observation.shapes import Seen, ShapeLimits
 from proxy.policy import explanation
 from proxy.policy.crosscall.circuit import State
-from proxy.policy.ruleengine import FALLBACKS, Engine, RuleStore
-from proxy.policy.rulefile import load_rule_text
+from proxy.policy.rules.ruleengine import FALLBACKS, Engine, RuleStore
+from proxy.policy.rules.rulefile import load_rule_text
 from proxy.runtime.books import Books, read_books
 from proxy.runtime.health import HealthChecks, RouteHealth
 from proxy.runtime.proposals import Proposal, propose

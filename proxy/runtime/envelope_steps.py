@@ -32,12 +32,12 @@ from proxy.edge.passthrough import EnvelopeResponse
 from proxy.observation.metrics import Metrics, RepeatTracker
 from proxy.policy.crosscall.review import body_digest
 from proxy.policy.crosscall.view import CrossCall
-from proxy.policy.envelope import Action, Attempts, Category, Envelope
+from proxy.policy.envelope.model import Action, Attempts, Category, Envelope
 from proxy.policy.evaluate import Answer, Evaluation
 from proxy.policy.exchange import NOT_JSON, Exchange
-from proxy.policy.negotiation import Negotiator
 from proxy.policy.openapi.enrich import allow_header
-from proxy.policy.render import render, safe_header_value
+from proxy.policy.render.negotiation import Negotiator
+from proxy.policy.render.render import render, safe_header_value
 
 if TYPE_CHECKING:
     from proxy.config.route import Route

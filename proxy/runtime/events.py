@@ -20,8 +20,8 @@ from proxy.policy.evaluate import Evaluation, answer
 from proxy.policy.exchange import NOT_JSON
 from proxy.policy.protocols.base import Call
 from proxy.policy.protocols.sse import Event, EventRewriter
-from proxy.policy.retry_safety import LISTING_MARKER
-from proxy.policy.ruleset import RuleSet
+from proxy.policy.retry.retry_safety import LISTING_MARKER
+from proxy.policy.rules.ruleset import RuleSet
 from proxy.runtime import envelope_steps
 from proxy.runtime.envelope_steps import Step
 from proxy.runtime.own_failures import OwnFailures

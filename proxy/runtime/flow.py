@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from proxy.edge.failures import ProxyFailure
     from proxy.edge.upstream import Response, Timeouts
     from proxy.observation.traces import RequestTrace
-    from proxy.policy.build import BuildOptions
-    from proxy.policy.envelope import Envelope
+    from proxy.policy.envelope.build import BuildOptions
+    from proxy.policy.envelope.model import Envelope
     from proxy.policy.protocols.base import Call
     from proxy.policy.redaction import Redactor
     from proxy.runtime.generation import Generation, RouteRuntime

@@ -32,8 +32,8 @@ from proxy.edge.redirect import UpstreamOrigin
 from proxy.edge.resource_metadata import NamedPaths
 from proxy.edge.target import Origin
 from proxy.edge.upstream import Timeouts
-from proxy.policy.build import BuildOptions
-from proxy.policy.ruleengine import Loaded
+from proxy.policy.envelope.build import BuildOptions
+from proxy.policy.rules.ruleengine import Loaded
 
 
 @dataclass(frozen=True, slots=True)

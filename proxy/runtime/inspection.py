@@ -14,7 +14,7 @@ from proxy.policy.exchange import NOT_JSON
 from proxy.policy.protocols.base import Call, Inspection
 from proxy.policy.protocols.detect import Detector
 from proxy.policy.protocols.graphql import RESPONSE_TYPE as GRAPHQL_RESPONSE
-from proxy.policy.ruleset import RuleSet
+from proxy.policy.rules.ruleset import RuleSet
 
 if TYPE_CHECKING:
     from proxy.runtime.flow import Flow

@@ -1,6 +1,6 @@
 """The envelope of a failure mend met itself: the upstream unreachable or too slow, a request
-refused, a bug. Its rule is one of mend's own (``proxy/policy/own_errors.yaml``); it goes in the
-agent's protocol when the agent speaks one."""
+refused, a bug. Its rule is one of mend's own (``proxy/policy/rules/own_errors.yaml``); it goes in
+the agent's protocol when the agent speaks one."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from proxy.policy.evaluate import Answer, Evaluation, described, rewrite
 from proxy.policy.exchange import Exchange
 from proxy.policy.protocols.base import Protocol
 from proxy.policy.protocols.detect import Detector
-from proxy.policy.retry_safety import RetrySafety
-from proxy.policy.rule import Match
-from proxy.policy.rulecheck import OWN_FAILURE_VARS
+from proxy.policy.retry.retry_safety import RetrySafety
+from proxy.policy.rules.rule import Match
+from proxy.policy.rules.rulecheck import OWN_FAILURE_VARS
 
 if TYPE_CHECKING:
     from proxy.runtime.flow import Flow

@@ -31,18 +31,18 @@ from proxy.edge.upstream import UpstreamError
 from proxy.observation.access_log import AccessLog
 from proxy.observation.metrics import Metrics, RepeatTracker
 from proxy.observation.request_id import request_id
-from proxy.policy import oauth_client
 from proxy.policy import upstream_body as bodies
 from proxy.policy.crosscall.view import CrossCall
 from proxy.policy.evaluate import answer_exchange
 from proxy.policy.exchange import NOT_JSON
-from proxy.policy.negotiation import Negotiator
+from proxy.policy.protocols import oauth_client
 from proxy.policy.protocols.base import Inspection
 from proxy.policy.protocols.detect import Detector
 from proxy.policy.protocols.sse import EventRewriter
-from proxy.policy.retry_safety import RetrySafety
-from proxy.policy.ruleengine import RuleStore
-from proxy.policy.ruleset import RuleSet
+from proxy.policy.render.negotiation import Negotiator
+from proxy.policy.retry.retry_safety import RetrySafety
+from proxy.policy.rules.ruleengine import RuleStore
+from proxy.policy.rules.ruleset import RuleSet
 from proxy.runtime import envelope_steps
 from proxy.runtime.books import Books
 from proxy.runtime.circuit_gate import CircuitGate

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from proxy.policy.ruleengine import RuleStore
+from proxy.policy.rules.ruleengine import RuleStore
 
 #: reloads remembered
 KEPT = 20

@@ -33,9 +33,9 @@ from proxy.edge.upstream.errors import Disconnected
 from proxy.observation.metrics import Metrics
 from proxy.policy.evaluate import Answer
 from proxy.policy.exchange import Exchange
-from proxy.policy.resend import AMBIGUOUS_STATUSES, Resend, resend
-from proxy.policy.retry import retry_after_ms
-from proxy.policy.stated_wait import stated_wait_ms
+from proxy.policy.retry.resend import AMBIGUOUS_STATUSES, Resend, resend
+from proxy.policy.retry.retry import retry_after_ms
+from proxy.policy.retry.stated_wait import stated_wait_ms
 from proxy.runtime.circuit_gate import CircuitGate
 from proxy.runtime.own_failures import OwnFailures
 from proxy.runtime.tries import Tries

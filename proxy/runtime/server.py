@@ -42,7 +42,7 @@ from proxy.observation.logs import LineWriter, make_logger
 from proxy.observation.metrics import MULTIPROC_ENV
 from proxy.observation.stdlib_logs import route_stdlib_logging
 from proxy.policy.crosscall.store import StateStore
-from proxy.policy.ruleengine import Engine, RuleStore
+from proxy.policy.rules.ruleengine import Engine, RuleStore
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import create_app
 from proxy.runtime.books import Books, books_file

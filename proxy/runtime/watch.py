@@ -34,7 +34,7 @@ from structlog.typing import FilteringBoundLogger
 from proxy.config.settings import Settings, needs_restart
 from proxy.config.sourcefile import MAX_FILE_BYTES
 from proxy.config.yamlfile import RuleError
-from proxy.policy.ruleengine import Engine, RuleStore
+from proxy.policy.rules.ruleengine import Engine, RuleStore
 
 #: One reload at a time (the watcher, the admin port and SIGHUP each reload in a thread): two
 #: overlapping loads could otherwise finish out of order and leave the older files' rules in force.

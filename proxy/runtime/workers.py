@@ -29,7 +29,7 @@ from proxy.edge.tls import ListenerCertificate
 from proxy.observation.logs import make_logger
 from proxy.observation.metrics import MULTIPROC_ENV
 from proxy.observation.stdlib_logs import route_stdlib_logging
-from proxy.policy.ruleengine import Loaded
+from proxy.policy.rules.ruleengine import Loaded
 from proxy.runtime.admin import admin_application
 from proxy.runtime.admin_page import add_cockpit_routes
 from proxy.runtime.cockpit import Cockpit, Sources, workers_books

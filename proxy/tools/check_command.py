@@ -15,10 +15,10 @@ from proxy.config.settings import PACKAGED_RULES, Settings
 from proxy.config.shown import shown_settings
 from proxy.config.sources import load_settings
 from proxy.config.yamlfile import RuleError
-from proxy.policy.ruleengine import FALLBACKS, Engine
-from proxy.policy.rulefile import rule_files
-from proxy.policy.ruleset import RuleSet
-from proxy.policy.words import counted
+from proxy.policy.rules.ruleengine import FALLBACKS, Engine
+from proxy.policy.rules.rulefile import rule_files
+from proxy.policy.rules.ruleset import RuleSet
+from proxy.policy.rules.words import counted
 from proxy.tools.ruletest.engines import engine_settings
 
 

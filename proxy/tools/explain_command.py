@@ -18,7 +18,7 @@ from proxy.config.yamlfile import RuleError
 from proxy.policy import json_depth
 from proxy.policy.exchange import NOT_JSON
 from proxy.policy.redaction.sets import build_set, load_shipped
-from proxy.policy.ruleengine import Engine
+from proxy.policy.rules.ruleengine import Engine
 
 if TYPE_CHECKING:  # what only `mend explain` uses, imported by it
     from proxy.policy import explanation as explaining

@@ -18,7 +18,7 @@ from proxy.config.settings import Settings
 from proxy.config.sources import ConfigSource, single_upstream
 from proxy.config.yamlfile import RuleError
 from proxy.observation import tracing
-from proxy.policy.ruleengine import Engine
+from proxy.policy.rules.ruleengine import Engine
 from proxy.runtime.server import EarlyHangups, install_uvloop, serve
 from proxy.runtime.workers import run_workers
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from proxy.policy.envelope import Action, Category, Envelope, InvalidField, Severity
+from proxy.policy.envelope.model import Action, Category, Envelope, InvalidField, Severity
 from tests.docs.pages import DOCS
 
 CONTRACT = (DOCS / "contract.md").read_text(encoding="utf-8")

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from docsgen import cli, models
 from proxy.config.settings import Settings
-from proxy.policy.rulespec import RuleFile
+from proxy.policy.rules.rulespec import RuleFile
 from proxy.tools.cli import _parser
 from tests.docs.pages import DOCS
 

@@ -12,7 +12,7 @@ import pytest
 
 from proxy.config.route import Route
 from proxy.config.settings import Settings
-from proxy.policy.rulefile import load_rules
+from proxy.policy.rules.rulefile import load_rules
 from tests.docs.pages import ROOT
 
 pytest.importorskip("mkdocs")

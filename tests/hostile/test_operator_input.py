@@ -30,9 +30,9 @@ from proxy.config.settings import Settings
 from proxy.config.sources import load_settings
 from proxy.config.yamlfile import RuleError
 from proxy.observation.logs import make_logger
-from proxy.policy.query import compile_query
-from proxy.policy.ruleengine import RuleStore
-from proxy.policy.rulefile import load_rules
+from proxy.policy.rules.query import compile_query
+from proxy.policy.rules.ruleengine import RuleStore
+from proxy.policy.rules.rulefile import load_rules
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import create_app
 from proxy.runtime.server import SighupReloader

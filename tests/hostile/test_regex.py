@@ -22,14 +22,15 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.policy import build, constraints, matchers, template, variables
+from proxy.policy.envelope import build, constraints, variables
 from proxy.policy.evaluate import recorded_exchange
 from proxy.policy.exchange import Exchange
-from proxy.policy.gated import GatedPattern
 from proxy.policy.redaction import Redactor
+from proxy.policy.redaction.gated import GatedPattern
 from proxy.policy.redaction.lines import DANGLING
 from proxy.policy.regex import Linear, linear
-from proxy.policy.rulespec import When
+from proxy.policy.rules import matchers, template
+from proxy.policy.rules.rulespec import When
 
 #: Generous: each input below takes milliseconds now and took seconds before.
 BUDGET_S = 0.5

@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry
 
 from proxy.observation import metrics as metrics_module
 from proxy.observation.metrics import Metrics
-from proxy.policy.envelope import Action, Category, Envelope, Severity
+from proxy.policy.envelope.model import Action, Category, Envelope, Severity
 
 
 def _envelope(code: str = "upstream.internal", status: int | None = 500) -> Envelope:

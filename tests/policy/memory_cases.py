@@ -15,7 +15,7 @@ import yaml
 from proxy.policy.evaluate import agent_redactor, recorded_exchange
 from proxy.policy.exchange import Exchange
 from proxy.policy.redaction import Redactor
-from proxy.policy.ruleset import RuleSet
+from proxy.policy.rules.ruleset import RuleSet
 from proxy.tools.ruletest.cases import Case
 from proxy.tools.ruletest.engines import Engines, exchange_for
 

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from proxy.config.route import Route
 from proxy.config.settings import Settings
 from proxy.observation.logs import make_logger
-from proxy.policy.ruleengine import RuleStore
+from proxy.policy.rules.ruleengine import RuleStore
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import create_app
 from proxy.runtime.watch import RuleWatcher

@@ -448,7 +448,7 @@ def _envelopes(document: object) -> Iterator[dict[str, object]]:
 
 
 def _heldout() -> list[dict[str, Any]]:
-    from tests.policy.test_heldout import _load  # noqa: PLC0415
+    from tests.policy.rules.test_heldout import _load  # noqa: PLC0415
 
     cases = [c for c in _load() if "response" in c]
     # outages come in runs: the 5xx first, then the 4xx, then the successes

@@ -17,7 +17,7 @@ import pytest
 
 import proxy.runtime.server
 from proxy.observation.logs import make_logger
-from proxy.policy.ruleengine import RuleStore
+from proxy.policy.rules.ruleengine import RuleStore
 from proxy.runtime.server import SighupReloader, settle_after_reloads, settle_heap
 
 

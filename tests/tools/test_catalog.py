@@ -19,8 +19,8 @@ from proxy.config.route import Route
 from proxy.config.settings import Settings
 from proxy.edge.catalog import wants_html
 from proxy.observation.logs import make_logger
-from proxy.policy.ruleengine import Engine, RuleStore
-from proxy.policy.shared_codes import load_codes
+from proxy.policy.envelope.shared_codes import load_codes
+from proxy.policy.rules.ruleengine import Engine, RuleStore
 from proxy.runtime.admin import create_admin_app
 from proxy.runtime.app import create_app
 from tests.conftest import MendTestServer, StartMend, StartUpstream
@@ -333,7 +333,8 @@ async def test_the_agent_port_shows_no_rule_source(catalog: TestClient[Any, Any]
 
 
 async def test_a_shared_code_is_described_as_itself(catalog: TestClient[Any, Any]) -> None:
-    """VALIDATION_FAILED, produced by ~50 rules, is described from proxy/policy/codes.yaml (not by
+    """VALIDATION_FAILED, produced by ~50 rules, is described from proxy/policy/envelope/codes.yaml
+    (not by
     its
     first rule, a GraphQL one), with its named example, then lists every rule producing it."""
     entry = await get_json(catalog, "/_mend/errors/VALIDATION_FAILED")
@@ -349,7 +350,8 @@ async def test_a_shared_code_is_described_as_itself(catalog: TestClient[Any, Any
 
 
 def test_every_shared_code_is_described() -> None:
-    """Each code that two or more shipped rules produce has an entry in proxy/policy/codes.yaml, and
+    """Each code that two or more shipped rules produce has an entry in
+    proxy/policy/envelope/codes.yaml, and
     every entry's example_rule produces its code."""
     engine = Engine.load(Settings(routes=(Route(name="default", upstream="http://127.0.0.1:9"),)))
     produced: dict[str, set[str]] = {}

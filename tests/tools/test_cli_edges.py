@@ -70,7 +70,7 @@ def test_explain_protocol_help_names_auto_the_default() -> None:
 def test_check_counts_rules_as_run_and_readyz_do() -> None:
     """``mend check``'s count is the engine's (``/readyz``'s and the ``started`` line's): the
     files' rules and the built-in ones, with how many of each."""
-    from proxy.policy.ruleengine import Engine  # noqa: PLC0415
+    from proxy.policy.rules.ruleengine import Engine  # noqa: PLC0415
     from proxy.tools.ruletest.engines import engine_settings  # noqa: PLC0415
 
     loaded = Engine.load(engine_settings([], default_packs=True)).rule_count

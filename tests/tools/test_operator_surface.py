@@ -18,10 +18,10 @@ from proxy.config.route import Route
 from proxy.config.settings import Settings
 from proxy.config.yamlfile import RuleError
 from proxy.observation.logs import make_logger
-from proxy.policy.rulecheck import undefined_variables
-from proxy.policy.ruleengine import Engine, RuleStore
-from proxy.policy.rulefile import load_rule_text, load_rules
-from proxy.policy.rulespec import RuleSpec
+from proxy.policy.rules.rulecheck import undefined_variables
+from proxy.policy.rules.ruleengine import Engine, RuleStore
+from proxy.policy.rules.rulefile import load_rule_text, load_rules
+from proxy.policy.rules.rulespec import RuleSpec
 from proxy.runtime.admin import create_admin_app
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,7 +26,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from proxy.edge.failures import ProxyFailure
-from proxy.policy.envelope import Envelope
+from proxy.policy.envelope.model import Envelope
 
 REFUSED: web.RequestKey[ProxyFailure] = web.RequestKey("mend.tool_refused", ProxyFailure)
 ENVELOPE: web.RequestKey[Envelope] = web.RequestKey("mend.envelope", Envelope)

@@ -34,7 +34,7 @@ from proxy.edge.mcptools import asgi, internal
 from proxy.edge.openapi_gate import PRESET
 from proxy.observation.request_id import request_id
 from proxy.policy.openapi.spec import Mount, Spec
-from proxy.policy.ruleengine import Loaded
+from proxy.policy.rules.ruleengine import Loaded
 
 if TYPE_CHECKING:  # the MCP types load with a route's first MCP request, not with mend
     from proxy.edge.mcptools.results import ToolContext

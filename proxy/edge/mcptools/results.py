@@ -21,12 +21,12 @@ from mcp_types import CallToolResult, TextContent
 from proxy.config.choices import Rendering
 from proxy.edge.mcptools.internal import Answer
 from proxy.edge.mcptools.tools import RESULT, Toolbox, ToolSpec
-from proxy.policy.envelope import Envelope, InvalidField
+from proxy.policy.envelope.model import Envelope, InvalidField
+from proxy.policy.envelope.pointer import escape_segment
 from proxy.policy.exchange import NOT_JSON
 from proxy.policy.openapi.spec import Mount, Spec
-from proxy.policy.pointer import escape_segment
 from proxy.policy.protocols.mcp import META_KEY
-from proxy.policy.render import render
+from proxy.policy.render.render import render
 from proxy.policy.upstream_body import Body
 from proxy.policy.upstream_body import parse as parse_body
 

@@ -38,7 +38,7 @@ from structlog.typing import FilteringBoundLogger
 from proxy.config.crosscall import CircuitSettings
 from proxy.policy.crosscall.guard import Guard
 from proxy.policy.crosscall.store import StateStore
-from proxy.policy.envelope import Category, Envelope
+from proxy.policy.envelope.model import Category, Envelope
 
 
 class State(IntEnum):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.resources
 
 from proxy.config.yamlfile import parse_yaml
-from proxy.policy.envelope import Category
+from proxy.policy.envelope.model import Category
 
 
 def load_suggestions(text: str | None = None) -> dict[Category, str]:

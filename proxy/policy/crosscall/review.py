@@ -18,7 +18,7 @@ from proxy.config.crosscall import SessionSettings
 from proxy.policy.crosscall.guard import Guard
 from proxy.policy.crosscall.session import Sessions
 from proxy.policy.crosscall.store import MAX_PATH_CHARS, Failure, Seen, StateStore, Summary
-from proxy.policy.envelope import (
+from proxy.policy.envelope.model import (
     Action,
     Category,
     Envelope,

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
-from proxy.policy.envelope import Action, Envelope
+from proxy.policy.envelope.model import Action, Envelope
 from proxy.policy.openapi.operations import PathMatch
 from proxy.policy.openapi.spec import Mount, Spec
-from proxy.policy.resend import check_with
+from proxy.policy.retry.resend import check_with
 
 
 def read_operation(spec: Spec, match: PathMatch, mount: Mount) -> str | None:

@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote
 
-from proxy.policy.envelope import Category, Envelope, InvalidField
+from proxy.policy.envelope.model import Category, Envelope, InvalidField
+from proxy.policy.envelope.pointer import escape_segment
 from proxy.policy.exchange import NOT_JSON
 from proxy.policy.openapi import facts
 from proxy.policy.openapi.agent_request import Request
@@ -30,7 +31,6 @@ from proxy.policy.openapi.nearest import nearest_redirect
 from proxy.policy.openapi.operations import Operation, split
 from proxy.policy.openapi.spec import Mount, Spec
 from proxy.policy.openapi.violations import Violation, echo
-from proxy.policy.pointer import escape_segment
 
 #: Tails of an undocumented pointer tried against the document (the longest first).
 _TAILS = 8

@@ -2,9 +2,8 @@
 suggest instead of what was sent, and a minimal valid example.
 
 ``allowed_values`` uses the schema's own keywords (``enum``, ``minimum``, ``maxLength``,
-``pattern``, ``format``, ``type``...), the vocabulary ``proxy/policy/constraints.py`` reads from
-upstream
-messages, so an agent sees one language whichever said it.
+``pattern``, ``format``, ``type``...), the vocabulary ``proxy/policy/envelope/constraints.py`` reads
+from upstream messages, so an agent sees one language whichever said it.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.policy.envelope import Action, Envelope
+from proxy.policy.envelope.model import Action, Envelope
 from proxy.policy.openapi.agent_request import Request
 from proxy.policy.openapi.operations import Link, Operation, PathMatch, split
 from proxy.policy.openapi.spec import Mount, Spec

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from proxy.policy.pointer import LOCATION_PREFIXES, to_pointer
+from proxy.policy.envelope.pointer import LOCATION_PREFIXES, to_pointer
 from proxy.policy.regex import deferred
 
 #: Characters of a message read.

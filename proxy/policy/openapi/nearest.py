@@ -6,7 +6,7 @@ import difflib
 from typing import Any
 from urllib.parse import unquote
 
-from proxy.policy.envelope import Action, Envelope
+from proxy.policy.envelope.model import Action, Envelope
 from proxy.policy.openapi.agent_request import Request
 from proxy.policy.openapi.examples import example_request
 from proxy.policy.openapi.operations import PathMatch, Template, split

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.policy.envelope import Envelope
+from proxy.policy.envelope.model import Envelope
 from proxy.policy.openapi import facts
 from proxy.policy.openapi.agent_request import Request
 from proxy.policy.openapi.enrich import enrich, schema_at

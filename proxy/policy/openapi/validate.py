@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from proxy.policy import json_depth
+from proxy.policy.envelope.pointer import escape_segment
 from proxy.policy.exchange import NOT_JSON
 from proxy.policy.openapi import facts
 from proxy.policy.openapi.document import BASE_URI, Document
@@ -41,7 +42,6 @@ from proxy.policy.openapi.schema_prep import (
     referenced,
 )
 from proxy.policy.openapi.violations import Violation, echo, reason_for
-from proxy.policy.pointer import escape_segment
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from proxy.config.choices import ProtocolName
 from proxy.policy import json_depth
-from proxy.policy.envelope import Envelope
+from proxy.policy.envelope.model import Envelope
 from proxy.policy.exchange import NOT_JSON, Exchange
 
 if TYPE_CHECKING:  # annotations only: the policy imports no aiohttp

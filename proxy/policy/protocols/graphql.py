@@ -22,9 +22,8 @@ from urllib.parse import parse_qs
 
 from proxy.config.choices import ProtocolName
 from proxy.policy import json_depth
-from proxy.policy.envelope import Envelope, Severity
+from proxy.policy.envelope.model import Envelope, Severity
 from proxy.policy.exchange import Exchange
-from proxy.policy.jsontext import json_bytes
 from proxy.policy.protocols.base import (
     Call,
     Inspection,
@@ -34,6 +33,7 @@ from proxy.policy.protocols.base import (
     is_json_type,
     narrowed,
 )
+from proxy.policy.render.jsontext import json_bytes
 
 if TYPE_CHECKING:  # annotations only: the policy imports no aiohttp
     from aiohttp import web

@@ -26,9 +26,8 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Final
 
 from proxy.config.choices import ProtocolName
-from proxy.policy.envelope import Category, Envelope
+from proxy.policy.envelope.model import Category, Envelope
 from proxy.policy.exchange import Exchange
-from proxy.policy.jsontext import json_bytes as dumps
 from proxy.policy.protocols.base import (
     Call,
     Inspection,
@@ -38,6 +37,7 @@ from proxy.policy.protocols.base import (
     is_json_type,
     narrowed,
 )
+from proxy.policy.render.jsontext import json_bytes as dumps
 
 
 class _NoId:

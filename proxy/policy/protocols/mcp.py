@@ -22,12 +22,12 @@ from multidict import istr
 
 from proxy.config.choices import ProtocolName, Rendering
 from proxy.policy import json_depth
-from proxy.policy.envelope import Envelope
+from proxy.policy.envelope.model import Envelope
 from proxy.policy.exchange import NOT_JSON, Exchange
 from proxy.policy.protocols import wrapped
 from proxy.policy.protocols.base import Call, Inspection, Protocol, Unit
 from proxy.policy.protocols.jsonrpc import SPEC_CODES, SSE, JsonRpc, RpcRequest, request_key
-from proxy.policy.render import render
+from proxy.policy.render.render import render
 
 if TYPE_CHECKING:  # annotations only: the policy imports no aiohttp
     from aiohttp import web

@@ -15,9 +15,9 @@ from functools import lru_cache
 from typing import Any
 
 from proxy.config.re2compile import compile_re2
-from proxy.policy.gated import GatedPattern, anchored, gated
 from proxy.policy.redaction import functions
 from proxy.policy.redaction.detectors import LoadedDetector, split_flags
+from proxy.policy.redaction.gated import GatedPattern, anchored, gated
 from proxy.policy.regex import Linear, encodable
 
 #: ``record(unit, match, found, replacement)``: what ``mend explain --redact`` is told of each act

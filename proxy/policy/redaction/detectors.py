@@ -51,9 +51,9 @@ from pydantic import (
 from proxy.config.re2compile import checked
 from proxy.config.sourcefile import MAX_FILE_BYTES, read_text
 from proxy.config.yamlfile import RuleError, exhausted, parse_yaml, validation_problems
-from proxy.policy.gated import re2_source
 from proxy.policy.redaction import functions
-from proxy.policy.rulefile import rule_files
+from proxy.policy.redaction.gated import re2_source
+from proxy.policy.rules.rulefile import rule_files
 
 #: What a detector does with what it finds:
 #: ``mask`` (a secret: ``[redacted]`` for agents, ``[masked]`` in the operator's log),

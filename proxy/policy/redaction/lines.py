@@ -12,9 +12,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from proxy.policy.gated import gated
 from proxy.policy.redaction.compiled import Record, Unit
 from proxy.policy.redaction.functions import ascii_lower
+from proxy.policy.redaction.gated import gated
 from proxy.policy.redaction.sets import DetectorSet
 
 #: A step of the engine itself (not a detector) told to an explanation: (step, text dropped).

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from proxy.config.choices import ProtocolName
 from proxy.config.redaction import RedactionSettings
-from proxy.policy.envelope import Envelope
+from proxy.policy.envelope.model import Envelope
 
 _ENVELOPE_KEYS = frozenset(Envelope.model_fields)
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from pydantic import Field, ValidationError
 
 from proxy.config.yamlfile import RuleError, validation_problems
-from proxy.policy.ruleset import RuleSet
-from proxy.policy.words import counted
+from proxy.policy.rules.ruleset import RuleSet
+from proxy.policy.rules.words import counted
 from proxy.tools.ruletest.cases import (
     CaseFile,
     CaseModel,

@@ -12,7 +12,7 @@ from proxy.config.redaction import RedactionSettings
 from proxy.config.route import Route
 from proxy.config.settings import PACKAGED_RULES, Settings
 from proxy.config.yamlfile import RuleError
-from proxy.policy.build import BuildOptions
+from proxy.policy.envelope.build import BuildOptions
 from proxy.policy.evaluate import (
     Answer,
     Evaluation,
@@ -24,8 +24,8 @@ from proxy.policy.evaluate import (
 from proxy.policy.exchange import Exchange
 from proxy.policy.protocols.detect import Detector, default_protocols
 from proxy.policy.redaction import Redactor
-from proxy.policy.ruleengine import Engine
-from proxy.policy.ruleset import RuleSet
+from proxy.policy.rules.ruleengine import Engine
+from proxy.policy.rules.ruleset import RuleSet
 from proxy.tools.ruletest.cases import Case, RequestSpec, ResponseSpec
 
 #: The upstream of the throw-away route cases run on; nothing ever connects to it.

@@ -582,7 +582,7 @@ def _review() -> Any:
 
 
 def _built(retryable: bool) -> Any:
-    from proxy.policy.envelope import Action, Category, Envelope, Severity  # noqa: PLC0415
+    from proxy.policy.envelope.model import Action, Category, Envelope, Severity  # noqa: PLC0415
 
     return Envelope(
         code="upstream.rate_limited" if retryable else "upstream.validation",
@@ -605,7 +605,7 @@ def test_revise_equals_the_validated_model_copy(retryable: bool) -> None:
     """``revise`` builds without validation what ``model_copy`` and validation made before:
     repeat, patterns, escalation or early-retry advice, equal field for field."""
     from proxy.policy.crosscall.store import Seen  # noqa: PLC0415
-    from proxy.policy.envelope import Envelope, RepeatInfo, SessionPattern  # noqa: PLC0415
+    from proxy.policy.envelope.model import Envelope, RepeatInfo, SessionPattern  # noqa: PLC0415
 
     review = _review()
     envelope = _built(retryable)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from multidict import CIMultiDict, MultiDict
 
-from proxy.policy.envelope import Envelope, InvalidField
+from proxy.policy.envelope.model import Envelope, InvalidField
 from proxy.policy.openapi.agent_request import Request
 from proxy.policy.openapi.enrich import enrich
 from proxy.policy.openapi.spec import Mount, Spec

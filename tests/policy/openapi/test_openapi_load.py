@@ -16,7 +16,7 @@ from proxy.config.yamlfile import RuleError
 from proxy.policy.openapi import document as documents
 from proxy.policy.openapi import facts
 from proxy.policy.openapi.spec import Mount, Spec
-from proxy.policy.ruleengine import Engine, RuleStore
+from proxy.policy.rules.ruleengine import Engine, RuleStore
 
 DATA = Path(__file__).parents[2] / "data" / "openapi"
 ROOT = Mount("/", False, "")

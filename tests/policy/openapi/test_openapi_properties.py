@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 from multidict import CIMultiDict, MultiDict
 
-from proxy.policy.envelope import Category, Envelope, InvalidField
+from proxy.policy.envelope.model import Category, Envelope, InvalidField
 from proxy.policy.openapi.agent_request import Request
 from proxy.policy.openapi.document import Document
 from proxy.policy.openapi.enrich import enrich

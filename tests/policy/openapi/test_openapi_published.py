@@ -18,7 +18,7 @@ from multidict import CIMultiDict
 from schemathesis.generation import GenerationMode
 from yarl import URL
 
-from proxy.policy.envelope import Envelope
+from proxy.policy.envelope.model import Envelope
 from proxy.policy.openapi.spec import Mount, Spec
 from tests.conftest import StartMend, StartUpstream
 from tests.policy.openapi.conftest import Served

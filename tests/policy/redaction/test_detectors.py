@@ -30,7 +30,7 @@ from proxy.policy.redaction.effects import acts_on, as_json, as_text, explain_te
 from proxy.policy.redaction.engine import Redactor
 from proxy.policy.redaction.sets import build_set, default_set, load_shipped
 from proxy.policy.redaction.table import TABLE_END, TABLE_START, render_table
-from proxy.policy.ruleengine import Engine, RuleStore
+from proxy.policy.rules.ruleengine import Engine, RuleStore
 
 ROOT = Path(__file__).resolve().parents[3]
 SHIPPED = load_shipped()

@@ -20,10 +20,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.policy import gated as gated_module
 from proxy.policy import regex
 from proxy.policy.redaction import KINDS, NEUTRAL, Redactor, Scrubbed, is_internal_header, markup
 from proxy.policy.redaction import engine as redact_module
+from proxy.policy.redaction import gated as gated_module
 
 CORPUS = Path(__file__).parents[2] / "corpus" / "leaks"
 MANIFEST: dict[str, dict[str, Any]] = yaml.safe_load(

@@ -19,7 +19,7 @@ from proxy.config.redaction import RedactionSettings
 from proxy.config.settings import Settings
 from proxy.config.sources import load_settings
 from proxy.config.yamlfile import RuleError
-from proxy.policy.ruleengine import Engine
+from proxy.policy.rules.ruleengine import Engine
 from tests.conftest import StartMend, StartUpstream
 
 TOKEN = "acme_live_0123456789abcdef"

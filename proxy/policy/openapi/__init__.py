@@ -6,4 +6,8 @@ rejects an invalid request before the upstream sees it.
 ``document`` loads and checks a file; ``operations`` reads its operations and matches requests
 to them; ``facts`` reads a schema's constraints and examples; ``validate`` checks a request;
 ``enrich`` adds what the document knows to an envelope.
+
+May import, in the policy floor: ``envelope`` (the model, pointers), ``retry`` (whether
+a check-first plan may resend), and the top modules ``evaluate``, ``exchange``,
+``json_depth``, ``regex``, ``shorten``.
 """

@@ -40,8 +40,6 @@ async def answer(
         await response.write_eof()
     except ConnectionError:
         return None
-    except asyncio.CancelledError:
-        raise
     except Exception as exc:  # writing the response failed (a header mend cannot send)
         owner.bug(exc)
         if request.writer.output_size == 0:
